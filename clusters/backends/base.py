@@ -1,0 +1,156 @@
+"""The seam between Medbay and whatever runs the cluster.
+
+Backends speak plain dataclasses, never Django models, so that the Slurm CLI,
+the simulator and a future slurmrestd or pyslurm transport are interchangeable
+and testable without a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+
+class BackendError(Exception):
+    """A cluster or fleet operation failed.
+
+    `permanent=False` means retrying may help (controller unreachable, timeout);
+    `permanent=True` means it will not (unknown node, job not requeueable).
+    """
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+# Slurm node base states, lower-case as Slurm 22.05 JSON prints them.
+NODE_BASE_STATES = ("idle", "allocated", "mixed", "down", "future", "unknown")
+
+# Node flags Medbay cares about, lower-case (Slurm prints them upper-case).
+NODE_FLAGS = (
+    "drain",
+    "fail",
+    "completing",
+    "not_responding",
+    "maint",
+    "reboot_requested",
+    "reboot_issued",
+    "reserved",
+    "powered_down",
+    "invalid",
+    "planned",
+    "cloud",
+)
+
+# Job states as Slurm prints them.
+JOB_ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED", "RESIZING"}
+)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as the backend sees it right now."""
+
+    name: str
+    state: str  # one of NODE_BASE_STATES
+    flags: frozenset[str] = frozenset()
+    reason: str = ""
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0  # GRES gpu count configured on the node
+    gpu_model: str = ""
+    gpus_used: int = 0
+    reason_set_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition with the limits a job form must respect."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    max_time_minutes: int | None = None  # None: unlimited
+    max_nodes: int | None = None  # None: unlimited
+    default: bool = False
+    state: str = "up"
+    total_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as the backend sees it right now."""
+
+    job_id: int
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    state: str = "PENDING"  # Slurm's upper-case job state
+    reason: str = ""
+    nodes: tuple[str, ...] = ()
+    node_count: int = 0
+    gpus: int = 0  # total GPUs across the allocation (or requested, when pending)
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    eligible_time: datetime | None = None
+    restart_count: int = 0
+    requeue: bool = True
+    batch_host: str = ""
+    exit_code: int | None = None
+    time_limit_minutes: int | None = None
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    """A batch script to run as a given Unix user."""
+
+    script: str
+    user: str
+    workdir: str = ""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ClusterBackend(Protocol):
+    """Reads and acts on the workload manager (Slurm or the simulator)."""
+
+    name: str
+
+    def nodes(self) -> list[NodeInfo]: ...
+    def partitions(self) -> list[PartitionInfo]: ...
+    def jobs(self) -> list[JobInfo]: ...
+
+    def drain_node(self, node: str, reason: str) -> None: ...
+    def resume_node(self, node: str) -> None: ...
+    def fail_node(self, node: str, reason: str) -> None: ...
+    def down_node(self, node: str, reason: str) -> None: ...
+    def reboot_node(self, node: str, reason: str) -> None: ...
+    def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None: ...
+
+    def signal_job(self, job_id: int, signal: str = "USR1", *, batch_only: bool = True) -> None: ...
+    def requeue_job(self, job_id: int, *, hold: bool = False) -> None: ...
+    def cancel_job(self, job_id: int) -> None: ...
+    def hold_job(self, job_id: int) -> None: ...
+    def release_job(self, job_id: int) -> None: ...
+    def start_now(self, job_id: int) -> None: ...
+    def submit_job(self, submission: JobSubmission) -> int: ...
+
+
+@runtime_checkable
+class FleetProvider(Protocol):
+    """Moves machines in and out of service (spare pool, Kubernetes, a cloud)."""
+
+    name: str
+
+    def cordon(self, node: str, reason: str) -> None: ...
+    def uncordon(self, node: str) -> None: ...
+    def evict(self, node: str, *, timeout_s: float = 300) -> None: ...
+    def move_to_pool(self, node: str, pool: str) -> None: ...
+    def replace(self, node: str, reason: str) -> str: ...  # returns the replacement's name
+    def spare_capacity(self) -> list[str]: ...  # names of free spares

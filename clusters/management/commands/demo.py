@@ -1,0 +1,107 @@
+"""`manage.py demo`: migrate, seed a simulated cluster and serve it live."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from clusters.backends import registry
+from clusters.backends.simulated import SimulatedCluster
+from clusters.models import Cluster
+from clusters.simulation import SimulationLoop
+from portal.accounts import create_demo_users
+
+
+class Command(BaseCommand):
+    help = "Run the portal on a simulated cluster (what `make demo` runs)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000", help="host:port to serve on")
+        parser.add_argument("--nodes", type=int, default=32, help="total nodes (8 GPUs each)")
+        parser.add_argument("--seed", type=int, default=settings.MEDBAY_SIM_SEED)
+        parser.add_argument(
+            "--time-scale",
+            type=float,
+            default=settings.MEDBAY_SIM_TIME_SCALE,
+            help="simulated seconds per real second",
+        )
+        parser.add_argument(
+            "--fault-boost",
+            type=float,
+            default=200.0,
+            help="multiplier on the Llama 3 field fault rate, so a demo shows faults",
+        )
+        parser.add_argument("--no-serve", action="store_true", help="seed and exit")
+
+    def handle(self, *args, **options):
+        host, port = _parse_addr(options["addr"])
+        if options["nodes"] < 4:
+            raise CommandError("--nodes must be at least 4")
+        call_command("migrate", interactive=False, verbosity=0)
+        sim = _build_simulator(options)
+        cluster, _ = Cluster.objects.update_or_create(
+            name="demo", defaults={"backend": "simulated"}
+        )
+        registry.use(sim)
+        loop = SimulationLoop(sim, cluster)
+        loop.step(timedelta(minutes=30))
+        users = create_demo_users()
+        self._print_welcome(host, port, users)
+        if options["no_serve"]:
+            return
+        loop.start()
+        _serve(host, port)
+
+    def _print_welcome(self, host, port, users) -> None:
+        self.stdout.write(self.style.SUCCESS(f"Medbay demo at http://{host}:{port}/"))
+        self.stdout.write("Demo users (passwords are new on every start):")
+        for username, role, password in users:
+            self.stdout.write(f"  {role:<10} user {username:<8} password {password}")
+
+
+def _build_simulator(options) -> SimulatedCluster:
+    total = options["nodes"]
+    infer = spare = max(1, total // 8)
+    sim = SimulatedCluster.standard(
+        train=total - infer - spare,
+        infer=infer,
+        spare=spare,
+        seed=options["seed"],
+        time_scale=options["time_scale"],
+    )
+    sim.fault_rate_per_gpu_day *= options["fault_boost"]
+    sim.generate_workload()
+    return sim
+
+
+def _parse_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise CommandError(f"--addr must look like 127.0.0.1:8000, got {addr!r}")
+    return host, int(port)
+
+
+def _serve(host: str, port: int) -> None:
+    from channels.routing import ProtocolTypeRouter
+    from daphne.endpoints import build_endpoint_description_strings
+    from daphne.server import Server
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    from portal.asgi import application
+
+    # The demo serves its own static files; production puts a proxy in front.
+    app = ProtocolTypeRouter(
+        {
+            "http": ASGIStaticFilesHandler(application.application_mapping["http"]),
+            "websocket": application.application_mapping["websocket"],
+        }
+    )
+    Server(
+        application=app,
+        endpoints=build_endpoint_description_strings(host=host, port=port),
+        signal_handlers=True,
+        verbosity=1,
+    ).run()

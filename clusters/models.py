@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class NodeState(models.TextChoices):
+    """Slurm's base node state (flags are kept separately)."""
+
+    IDLE = "idle"
+    ALLOCATED = "allocated"
+    MIXED = "mixed"
+    DOWN = "down"
+    FUTURE = "future"
+    UNKNOWN = "unknown"
+
+
+class NodeStatus(models.TextChoices):
+    """What the board shows: base state and flags folded into one badge."""
+
+    IDLE = "idle"
+    ALLOCATED = "allocated"
+    MIXED = "mixed"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    DOWN = "down"
+    FAIL = "fail"
+    REPLACING = "replacing"
+    SPARE = "spare"
+    INFERENCE = "inference"
+    UNKNOWN = "unknown"
+
+
+class PoolKind(models.TextChoices):
+    TRAINING = "training"
+    INFERENCE = "inference"
+    SPARE = "spare"
+
+
+class GpuHealth(models.TextChoices):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+class Cluster(models.Model):
+    """A Slurm cluster (or the simulator) that Medbay watches and heals."""
+
+    name = models.CharField(max_length=64, unique=True)
+    backend = models.CharField(max_length=32, default="simulated")
+    controller_up = models.BooleanField(default=True)
+    controller_down_since = models.DateTimeField(null=True, blank=True)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    slurm_version = models.CharField(max_length=32, blank=True)
+    partition_drift = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Partition(models.Model):
+    """A Slurm partition with the limits the job form checks against."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="partitions")
+    name = models.CharField(max_length=64)
+    max_time_minutes = models.PositiveIntegerField(null=True, blank=True)
+    max_nodes = models.PositiveIntegerField(null=True, blank=True)
+    is_default = models.BooleanField(default=False)
+    checkpoint_grace_s = models.PositiveIntegerField(default=120)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="unique_partition_name")
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class NodePool(models.Model):
+    """Medbay's record of which nodes train, serve inference or wait as spares."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pools")
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=PoolKind.choices)
+    partition = models.ForeignKey(
+        Partition, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="unique_pool_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A compute node with its Slurm state, flags, drain reason and pool."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=128)
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.UNKNOWN)
+    flags = models.CharField(max_length=255, blank=True, help_text="Comma-separated Slurm flags")
+    status = models.CharField(
+        max_length=16, choices=NodeStatus.choices, default=NodeStatus.UNKNOWN, db_index=True
+    )
+    reason = models.CharField(max_length=512, blank=True)
+    pool = models.ForeignKey(
+        NodePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
+    )
+    partitions = models.ManyToManyField(Partition, blank=True, related_name="nodes")
+    partition_names = models.CharField(max_length=255, blank=True)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpus_used = models.PositiveSmallIntegerField(default=0)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name")]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def flag_set(self) -> set[str]:
+        return {flag for flag in self.flags.split(",") if flag}
+
+
+class Gpu(models.Model):
+    """One GPU of a node, with the health Medbay last derived for it."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, blank=True)
+    model = models.CharField(max_length=64, blank=True)
+    pci_bus_id = models.CharField(max_length=16, blank=True)
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.HEALTHY)
+    health_reason = models.CharField(max_length=255, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "index"], name="unique_gpu_index")]
+        ordering = ["node_id", "index"]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}/gpu{self.index}"
+
+
+class NodeStateChange(models.Model):
+    """Append-only history of a node's board status: from, to, why, who, when."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_changes")
+    from_status = models.CharField(max_length=16, choices=NodeStatus.choices, blank=True)
+    to_status = models.CharField(max_length=16, choices=NodeStatus.choices)
+    reason = models.CharField(max_length=512, blank=True)
+    actor = models.CharField(max_length=128, default="slurm")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["node", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}: {self.from_status} -> {self.to_status}"

@@ -1,0 +1,373 @@
+"""Reconciles what the backend reports into the database, in bulk.
+
+One cycle reads the whole snapshot, diffs it against the rows in a constant
+number of queries, writes history rows only for real changes and publishes the
+changed nodes and jobs after the transaction commits. A failed read changes
+nothing: an unreachable controller is recorded as an outage, never read as
+"every node is gone" (the Slinky operator once killed jobs that way).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.backends.base import BackendError, ClusterBackend, JobInfo, NodeInfo, PartitionInfo
+from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, Partition
+from clusters.status import POOL_FOR_PARTITION, board_status
+from jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobStateChange
+from portal import live
+
+logger = logging.getLogger(__name__)
+
+NODE_FIELDS = (
+    "state",
+    "flags",
+    "status",
+    "reason",
+    "pool",
+    "partition_names",
+    "cpus",
+    "memory_mb",
+    "gpu_count",
+    "gpus_used",
+)
+JOB_FIELDS = (
+    "name",
+    "user",
+    "account",
+    "partition",
+    "state",
+    "reason",
+    "node_names",
+    "node_count",
+    "gpus",
+    "submit_at",
+    "start_at",
+    "end_at",
+    "eligible_at",
+    "restart_count",
+    "requeue",
+    "exit_code",
+    "time_limit_minutes",
+)
+VANISHED_REASON = "no longer reported by Slurm (see sacct for the outcome)"
+
+
+@dataclass
+class SyncResult:
+    """What one reconciliation cycle changed."""
+
+    nodes_created: int = 0
+    nodes_changed: list[int] = field(default_factory=list)
+    jobs_created: int = 0
+    jobs_changed: list[int] = field(default_factory=list)
+    restarts: list[int] = field(default_factory=list)
+    controller_up: bool = True
+
+
+def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm") -> SyncResult:
+    """Read the backend and reconcile; an outage is recorded and nothing else."""
+    try:
+        partitions = backend.partitions()
+        nodes = backend.nodes()
+        jobs = backend.jobs()
+    except BackendError as error:
+        if error.permanent:
+            raise
+        record_outage(cluster, str(error))
+        return SyncResult(controller_up=False)
+    return apply_snapshot(cluster, partitions, nodes, jobs, actor=actor)
+
+
+def record_outage(cluster: Cluster, message: str) -> None:
+    now = timezone.now()
+    changed = Cluster.objects.filter(pk=cluster.pk, controller_up=True).update(
+        controller_up=False, controller_down_since=now
+    )
+    if changed:
+        logger.warning("Slurm controller unreachable: %s", message)
+        cluster.controller_up, cluster.controller_down_since = False, now
+        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+
+
+def apply_snapshot(
+    cluster: Cluster,
+    partitions: list[PartitionInfo],
+    nodes: list[NodeInfo],
+    jobs: list[JobInfo],
+    *,
+    actor: str = "slurm",
+    now: datetime | None = None,
+) -> SyncResult:
+    now = now or timezone.now()
+    result = SyncResult()
+    with transaction.atomic():
+        partition_rows = _sync_partitions(cluster, partitions)
+        pools = _pools_by_partition(cluster, partition_rows)
+        node_rows = _sync_nodes(cluster, nodes, partition_rows, pools, actor, now, result)
+        _sync_jobs(cluster, jobs, node_rows, actor, now, result)
+        came_back = not cluster.controller_up
+        Cluster.objects.filter(pk=cluster.pk).update(
+            controller_up=True, controller_down_since=None, last_sync_at=now
+        )
+        cluster.controller_up, cluster.controller_down_since = True, None
+        changed_nodes, changed_jobs = list(result.nodes_changed), list(result.jobs_changed)
+        transaction.on_commit(lambda: live.publish_nodes(changed_nodes))
+        transaction.on_commit(lambda: live.publish_jobs(changed_jobs))
+        if came_back:
+            transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+    return result
+
+
+def _sync_partitions(cluster: Cluster, partitions: list[PartitionInfo]) -> dict[str, Partition]:
+    rows = {p.name: p for p in Partition.objects.filter(cluster=cluster)}
+    new, changed = [], []
+    for info in partitions:
+        row = rows.get(info.name)
+        if row is None:
+            new.append(
+                Partition(
+                    cluster=cluster,
+                    name=info.name,
+                    max_time_minutes=info.max_time_minutes,
+                    max_nodes=info.max_nodes,
+                    is_default=info.default,
+                )
+            )
+            continue
+        values = (info.max_time_minutes, info.max_nodes, info.default)
+        if (row.max_time_minutes, row.max_nodes, row.is_default) != values:
+            row.max_time_minutes, row.max_nodes, row.is_default = values
+            changed.append(row)
+    if new:
+        for row in Partition.objects.bulk_create(new):
+            rows[row.name] = row
+    if changed:
+        Partition.objects.bulk_update(changed, ["max_time_minutes", "max_nodes", "is_default"])
+    return rows
+
+
+def _pools_by_partition(cluster: Cluster, partitions: dict[str, Partition]) -> dict[str, NodePool]:
+    pools = {pool.name: pool for pool in NodePool.objects.filter(cluster=cluster)}
+    by_partition: dict[str, NodePool] = {}
+    missing = []
+    for name, partition in partitions.items():
+        kind = POOL_FOR_PARTITION.get(name)
+        if kind is None:
+            continue
+        pool = pools.get(kind)
+        if pool is None:
+            pool = NodePool(cluster=cluster, name=kind, kind=kind, partition=partition)
+            pools[kind] = pool
+            missing.append(pool)
+        by_partition[name] = pool
+    if missing:
+        NodePool.objects.bulk_create(missing)
+    return by_partition
+
+
+def _pool_for(info: NodeInfo, pools: dict[str, NodePool]) -> NodePool | None:
+    for partition in info.partitions:
+        if partition in pools:
+            return pools[partition]
+    return None
+
+
+def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> dict[str, Node]:
+    rows = {node.name: node for node in Node.objects.filter(cluster=cluster)}
+    new_nodes, changed, history = [], [], []
+    for info in infos:
+        pool = _pool_for(info, pools)
+        values = {
+            "state": info.state,
+            "flags": ",".join(sorted(info.flags)),
+            "status": board_status(info.state, info.flags, pool.kind if pool else None),
+            "reason": info.reason[:512],
+            "pool": pool,
+            "partition_names": ",".join(info.partitions),
+            "cpus": info.cpus,
+            "memory_mb": info.memory_mb,
+            "gpu_count": info.gpus,
+            "gpus_used": info.gpus_used,
+        }
+        row = rows.get(info.name)
+        if row is None:
+            row = Node(cluster=cluster, name=info.name, last_seen_at=now, updated_at=now, **values)
+            new_nodes.append(row)
+            continue
+        old_status = row.status
+        differs = [name for name in NODE_FIELDS if getattr(row, name) != values[name]]
+        row.last_seen_at = now
+        if not differs:
+            continue
+        for name in differs:
+            setattr(row, name, values[name])
+        row.updated_at = now
+        changed.append(row)
+        if old_status != row.status:
+            history.append(_node_change(row, old_status, actor, now))
+    if new_nodes:
+        created = Node.objects.bulk_create(new_nodes)
+        for row in created:
+            rows[row.name] = row
+            history.append(_node_change(row, "", actor, now))
+        Gpu.objects.bulk_create(
+            Gpu(node=row, index=index, model=_gpu_model(infos, row.name))
+            for row in created
+            for index in range(row.gpu_count)
+        )
+        result.nodes_created = len(created)
+    if changed:
+        Node.objects.bulk_update(changed, [*NODE_FIELDS, "updated_at", "last_seen_at"])
+    NodeStateChange.objects.bulk_create(history)
+    _sync_node_partitions(rows, infos, partition_rows, [*new_nodes, *changed])
+    result.nodes_changed = [row.pk for row in [*new_nodes, *changed]]
+    return rows
+
+
+def _gpu_model(infos: Iterable[NodeInfo], name: str) -> str:
+    return next((info.gpu_model for info in infos if info.name == name), "")
+
+
+def _node_change(row: Node, old_status: str, actor: str, now: datetime) -> NodeStateChange:
+    return NodeStateChange(
+        node=row,
+        from_status=old_status,
+        to_status=row.status,
+        reason=row.reason,
+        actor=actor,
+        at=now,
+    )
+
+
+def _sync_node_partitions(rows, infos, partition_rows, touched) -> None:
+    """Rewrite partition links only for nodes whose partition list changed."""
+    touched_names = {row.name for row in touched}
+    if not touched_names:
+        return
+    through = Node.partitions.through
+    node_ids = [rows[info.name].pk for info in infos if info.name in touched_names]
+    through.objects.filter(node_id__in=node_ids).delete()
+    through.objects.bulk_create(
+        through(node_id=rows[info.name].pk, partition_id=partition_rows[name].pk)
+        for info in infos
+        if info.name in touched_names
+        for name in info.partitions
+        if name in partition_rows
+    )
+
+
+def _job_values(info: JobInfo) -> dict:
+    return {
+        "name": info.name[:255],
+        "user": info.user,
+        "account": info.account,
+        "partition": info.partition,
+        "state": info.state if info.state in JobState.values else JobState.PENDING,
+        "reason": (info.reason or "")[:255],
+        "node_names": list(info.nodes),
+        "node_count": info.node_count,
+        "gpus": info.gpus,
+        "submit_at": info.submit_time,
+        "start_at": info.start_time,
+        "end_at": info.end_time,
+        "eligible_at": info.eligible_time,
+        "restart_count": info.restart_count,
+        "requeue": info.requeue,
+        "exit_code": info.exit_code,
+        "time_limit_minutes": info.time_limit_minutes,
+    }
+
+
+def _sync_jobs(cluster, infos, node_rows, actor, now, result) -> None:
+    seen = {info.job_id: info for info in infos}
+    rows = {
+        job.slurm_id: job
+        for job in Job.objects.filter(cluster=cluster, state__in=ACTIVE_JOB_STATES)
+    }
+    rows.update(
+        (job.slurm_id, job) for job in Job.objects.filter(cluster=cluster, slurm_id__in=list(seen))
+    )
+    new_jobs, changed, history = [], [], []
+    for job_id, info in seen.items():
+        values = _job_values(info)
+        row = rows.get(job_id)
+        if row is None:
+            row = Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values)
+            new_jobs.append(row)
+            continue
+        if _apply_job_values(row, values, actor, now, history, result):
+            changed.append(row)
+    for job_id, row in rows.items():
+        if job_id not in seen and row.state in ACTIVE_JOB_STATES:
+            history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
+            row.state, row.reason, row.updated_at = JobState.COMPLETED, VANISHED_REASON, now
+            row.end_at = row.end_at or now
+            changed.append(row)
+    if new_jobs:
+        for row in Job.objects.bulk_create(new_jobs):
+            rows[row.slurm_id] = row
+            history.append(_job_change(row, row.state, row.reason, actor, now, from_state=""))
+        result.jobs_created = len(new_jobs)
+    if changed:
+        Job.objects.bulk_update(changed, [*JOB_FIELDS, "updated_at"])
+    JobStateChange.objects.bulk_create(history)
+    _sync_job_nodes(rows, [*new_jobs, *changed], node_rows)
+    result.jobs_changed = [row.pk for row in [*new_jobs, *changed]]
+
+
+def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> bool:
+    differs = [name for name in JOB_FIELDS if getattr(row, name) != values[name]]
+    if not differs:
+        return False
+    old_state, old_restarts = row.state, row.restart_count
+    for name in differs:
+        setattr(row, name, values[name])
+    row.updated_at = now
+    restarted = row.restart_count > old_restarts or (
+        old_state == JobState.RUNNING and row.state == JobState.PENDING
+    )
+    if restarted:
+        result.restarts.append(row.slurm_id)
+        reason = f"requeued (restart {row.restart_count})"
+        history.append(_job_change(row, JobState.PENDING, reason, actor, now, from_state=old_state))
+        if row.state != JobState.PENDING:
+            history.append(
+                _job_change(row, row.state, row.reason, actor, now, from_state=JobState.PENDING)
+            )
+    elif old_state != row.state:
+        history.append(_job_change(row, row.state, row.reason, actor, now, from_state=old_state))
+    return True
+
+
+def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobStateChange:
+    return JobStateChange(
+        job=row,
+        from_state=row.state if from_state is None else from_state,
+        to_state=to_state,
+        reason=(reason or "")[:255],
+        actor=actor,
+        restart_count=row.restart_count,
+        at=now,
+    )
+
+
+def _sync_job_nodes(rows: dict[int, Job], touched: list[Job], node_rows: dict[str, Node]) -> None:
+    if not touched:
+        return
+    through = Job.nodes.through
+    job_ids = [row.pk for row in touched]
+    through.objects.filter(job_id__in=job_ids).delete()
+    through.objects.bulk_create(
+        through(job_id=row.pk, node_id=node_rows[name].pk)
+        for row in touched
+        if row.state in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED)
+        for name in row.node_names
+        if name in node_rows
+    )

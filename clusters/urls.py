@@ -1,0 +1,9 @@
+from django.urls import path
+
+from clusters import views
+
+urlpatterns = [
+    path("", views.board, name="board"),
+    path("nodes/<str:name>/", views.node_detail, name="node-detail"),
+    path("healthz", views.healthz, name="healthz"),
+]

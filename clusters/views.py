@@ -1,0 +1,48 @@
+"""Pages: the live board and the node detail page."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
+from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
+from jobs.models import ACTIVE_JOB_STATES
+from portal.roles import ANY_ROLE, role_required
+
+
+@role_required(*ANY_ROLE)
+def board(request):
+    node_filter = BoardFilter.from_query(request.GET)
+    rows, gpus = board_rows(node_filter)
+    context = {
+        "tiles": render_tiles(rows, gpus),
+        "node_count": len(rows),
+        "counts": count_gpus(rows, gpus),
+        "filter": node_filter,
+        "partitions": Partition.objects.values_list("name", flat=True).distinct(),
+        "pools": PoolKind.choices,
+        "statuses": NodeStatus.choices,
+        "cluster": Cluster.objects.order_by("pk").first(),
+    }
+    if request.htmx and request.htmx.target == "board-body":
+        return render(request, "clusters/partials/board_body.html", context)
+    return render(request, "clusters/board.html", context)
+
+
+@role_required(*ANY_ROLE)
+def node_detail(request, name: str):
+    node = get_object_or_404(
+        Node.objects.select_related("pool", "cluster").prefetch_related("gpus"),
+        name=name,
+    )
+    context = {
+        "node": node,
+        "jobs": node.jobs.filter(state__in=ACTIVE_JOB_STATES).order_by("-slurm_id"),
+        "changes": node.state_changes.all()[:50],
+    }
+    return render(request, "clusters/node_detail.html", context)
+
+
+def healthz(request):
+    return HttpResponse("ok", content_type="text/plain")

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HealthConfig(AppConfig):
+    name = "health"
+    default_auto_field = "django.db.models.BigAutoField"

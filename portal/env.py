@@ -1,0 +1,96 @@
+"""Typed readers for settings that come from the environment.
+
+Each reader fails loudly with the variable's name, so a typo in a deployment
+environment file is a clear start-up error rather than a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default).strip() or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
+def database_from_url(url: str | None, sqlite_path: Path) -> dict:
+    """A Django DATABASES entry from a `postgres://` or `sqlite:///` URL."""
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)}
+    parts = urlsplit(url)
+    if parts.scheme in ("sqlite", "sqlite3"):
+        path = unquote(parts.path)
+        if path.startswith("//"):
+            path = path[1:]
+        elif path.startswith("/"):
+            path = path[1:] or str(sqlite_path)
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or str(sqlite_path)}
+    if parts.scheme in ("postgres", "postgresql", "pgsql"):
+        options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "OPTIONS": options,
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must start with postgres:// or sqlite:///, got scheme {parts.scheme!r}"
+    )

@@ -1,0 +1,58 @@
+"""Live updates reach logged-in users over the websocket, and nobody else."""
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+
+from portal.consumers import LiveConsumer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def communicator(user, topics="board") -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(LiveConsumer.as_asgi(), f"/ws/live/?topics={topics}")
+    comm.scope["user"] = user
+    return comm
+
+
+async def test_a_node_state_change_reaches_a_logged_in_client(researcher, sim, synced):
+    comm = communicator(researcher)
+    connected, _ = await comm.connect()
+    assert connected
+    sim.drain_node("gpu-02", "medbay: XID 79 GPU 3 fallen off the bus [run 42]")
+    await database_sync_to_async(synced)()
+    html = await comm.receive_from(timeout=2)
+    assert 'id="node-gpu-02"' in html
+    assert 'hx-swap-oob="true"' in html
+    assert "status-drained" in html
+    assert 'id="board-counts"' in html
+    await comm.disconnect()
+
+
+async def test_an_anonymous_client_is_refused(db):
+    comm = communicator(AnonymousUser())
+    connected, code = await comm.connect()
+    assert not connected
+    assert code == 4401
+
+
+async def test_a_user_without_a_role_is_refused(django_user_model):
+    user = await sync_to_async(django_user_model.objects.create_user)("nobody", password="x" * 12)
+    comm = communicator(user)
+    connected, code = await comm.connect()
+    assert not connected
+    assert code == 4403
+
+
+async def test_clients_only_get_the_topics_they_asked_for(researcher, sim, synced):
+    jobs_only = communicator(researcher, topics="jobs")
+    assert (await jobs_only.connect())[0]
+    sim.drain_node("gpu-01", "medbay: test")
+    await database_sync_to_async(synced)()
+    await asyncio.sleep(0.1)
+    assert await jobs_only.receive_nothing(timeout=0.3)
+    await jobs_only.disconnect()

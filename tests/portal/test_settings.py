@@ -1,0 +1,57 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import database_from_url, env_bool, env_int
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_check(**env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_debug_off_without_a_secret_key_refuses_to_start_with_a_clear_message():
+    result = run_check(DEBUG="false")
+    assert result.returncode != 0
+    assert "SECRET_KEY is not set" in result.stderr
+
+
+def test_debug_on_starts_without_a_secret_key():
+    assert run_check(DEBUG="true").returncode == 0
+
+
+def test_a_postgres_url_becomes_a_postgresql_database():
+    config = database_from_url(
+        "postgres://medbay:s%40cret@db.internal:5433/medbay?sslmode=require", Path("x")
+    )
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+    assert (config["NAME"], config["USER"], config["PASSWORD"]) == ("medbay", "medbay", "s@cret")
+    assert (config["HOST"], config["PORT"]) == ("db.internal", "5433")
+    assert config["OPTIONS"] == {"sslmode": "require"}
+
+
+def test_no_url_means_sqlite_and_a_bad_scheme_is_an_error():
+    assert database_from_url("", Path("/tmp/x.db"))["ENGINE"].endswith("sqlite3")
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
+        database_from_url("mysql://x/y", Path("x"))
+
+
+def test_typed_readers_name_the_variable_in_their_errors(monkeypatch):
+    monkeypatch.setenv("MEDBAY_X", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="MEDBAY_X"):
+        env_bool("MEDBAY_X")
+    monkeypatch.setenv("MEDBAY_X", "12")
+    assert env_int("MEDBAY_X", 1) == 12
