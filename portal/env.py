@@ -88,7 +88,7 @@ def database_from_url(url: str | None, sqlite_path: Path) -> dict:
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
             "OPTIONS": options,
-            "CONN_MAX_AGE": 60,
+            "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "60")),
             "CONN_HEALTH_CHECKS": True,
         }
     raise ImproperlyConfigured(

@@ -10,3 +10,4 @@ os.environ.setdefault("SECRET_KEY", "medbay-test-suite-key-not-secret-0123456789
 os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
 os.environ.setdefault("SESSION_COOKIE_SECURE", "false")
 os.environ.setdefault("CSRF_COOKIE_SECURE", "false")
+os.environ.setdefault("DB_CONN_MAX_AGE", "0")

@@ -1,0 +1,52 @@
+"""Shared set-up for benchmarks: Django on the configured database, synthetic data."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def django_setup() -> None:
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("SECRET_KEY", "medbay-benchmark-key-not-secret")
+    os.environ.setdefault("DEBUG", "false")
+    os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
+    os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def seed_cluster(name: str, nodes: int, *, seed: int = 1):
+    """A simulated cluster of `nodes` 8-GPU nodes with a workload, synced to the DB."""
+    from datetime import timedelta
+
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.models import Cluster
+    from clusters.sync import apply_snapshot
+
+    Cluster.objects.filter(name=name).delete()
+    cluster = Cluster.objects.create(name=name)
+    spare = max(1, nodes // 16)
+    sim = SimulatedCluster.standard(
+        train=nodes - 2 * spare, infer=spare, spare=spare, seed=seed, prefix="bench"
+    )
+    sim.fault_rate_per_gpu_day = 0
+    for _ in range(nodes // 4):
+        sim.generate_workload()
+        sim.advance(timedelta(minutes=1))
+    apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
+    return cluster, sim

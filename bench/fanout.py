@@ -1,0 +1,161 @@
+"""Websocket fan-out: one node state change reaching many connected boards.
+
+    python bench/fanout.py --clients 200 [--workers 1] [--rounds 3]
+
+Starts daphne worker(s) on the Redis channel layer, connects logged-in
+websocket clients, changes one node and measures, per client, the time from the
+change to the fragment's arrival. Prints {"clients", "workers",
+"latency_ms_p50", "latency_ms_p95", "layer"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from _setup import ROOT, django_setup, percentile, seed_cluster
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_workers(count: int) -> tuple[list[subprocess.Popen], list[int]]:
+    ports = [free_port() for _ in range(count)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "portal.asgi:application",
+            ],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for port in ports
+    ]
+    deadline = time.monotonic() + 30
+    for port in ports:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"daphne on port {port} did not start") from None
+                time.sleep(0.2)
+    return procs, ports
+
+
+async def run_clients(urls: list[str], cookie: str, change, rounds: int) -> list[float]:
+    import websockets
+
+    sockets = []
+    for index, url in enumerate(urls):
+        origin = url.replace("ws://", "http://").split("/ws/")[0]
+        sockets.append(
+            await websockets.connect(
+                url, additional_headers={"Cookie": cookie, "Origin": origin}, max_size=2**24
+            )
+        )
+        if index % 100 == 99:
+            await asyncio.sleep(0.05)
+    latencies: list[float] = []
+    for round_number in range(rounds):
+        await asyncio.sleep(0.5)
+        started = time.perf_counter()
+        await asyncio.to_thread(change, round_number)
+        received = await asyncio.gather(*(_first_message_at(ws) for ws in sockets))
+        latencies.extend((at - started) * 1000 for at in received if at is not None)
+    await asyncio.gather(*(ws.close() for ws in sockets))
+    return latencies
+
+
+async def _first_message_at(ws) -> float | None:
+    try:
+        await asyncio.wait_for(ws.recv(), timeout=15)
+    except TimeoutError:
+        return None
+    return time.perf_counter()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--clients", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=64)
+    args = parser.parse_args()
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+    os.environ.setdefault("DATABASE_URL", "sqlite:////tmp/medbay-bench-fanout.sqlite3")
+    django_setup()
+
+    from django.conf import settings
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+
+    from clusters.sync import apply_snapshot
+    from portal.accounts import create_user_with_role
+    from portal.roles import Role
+
+    cluster, sim = seed_cluster("bench-fanout", args.nodes)
+    user, _ = create_user_with_role("bench-watcher", Role.RESEARCHER)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    cookie = f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+    target = sim.nodes()[0].name
+
+    def change(round_number: int) -> None:
+        if round_number % 2 == 0:
+            sim.drain_node(target, f"medbay: fanout bench round {round_number}")
+        else:
+            sim.resume_node(target)
+        apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
+
+    procs, ports = start_workers(args.workers)
+    try:
+        urls = [
+            f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/live/?topics=board"
+            for i in range(args.clients)
+        ]
+        latencies = asyncio.run(run_clients(urls, cookie, change, args.rounds))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+    delivered = len(latencies) / (args.clients * args.rounds)
+    print(
+        json.dumps(
+            {
+                "clients": args.clients,
+                "workers": args.workers,
+                "rounds": args.rounds,
+                "delivered": round(delivered, 4),
+                "latency_ms_p50": round(percentile(latencies, 50), 1) if latencies else None,
+                "latency_ms_p95": round(percentile(latencies, 95), 1) if latencies else None,
+                "layer": "redis" if settings.REDIS_URL else "memory",
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
