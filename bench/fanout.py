@@ -106,8 +106,8 @@ def main() -> None:
     django_setup()
 
     from django.conf import settings
-    from django.contrib.sessions.backends.db import SessionStore
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
 
     from clusters.sync import apply_snapshot
     from portal.accounts import create_user_with_role
