@@ -218,7 +218,12 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
             rows[row.name] = row
             history.append(_node_change(row, "", actor, now))
         Gpu.objects.bulk_create(
-            Gpu(node=row, index=index, model=_gpu_model(infos, row.name))
+            Gpu(
+                node=row,
+                index=index,
+                model=_gpu_model(infos, row.name),
+                pci_bus_id=default_pci_bus_id(row.gpu_count, index),
+            )
             for row in created
             for index in range(row.gpu_count)
         )
@@ -229,6 +234,19 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
     _sync_node_partitions(rows, infos, partition_rows, [*new_nodes, *changed])
     result.nodes_changed = [row.pk for row in [*new_nodes, *changed]]
     return rows
+
+
+# Bus addresses of the eight GPUs of an HGX/DGX H100 board. Until an agent
+# reports the real inventory they let kernel-log XIDs (which name only the PCI
+# address) find their GPU.
+HGX_8_GPU_BUS_IDS = (
+    "0000:18:00", "0000:2a:00", "0000:3a:00", "0000:5d:00",
+    "0000:9a:00", "0000:ab:00", "0000:ba:00", "0000:db:00",
+)  # fmt: skip
+
+
+def default_pci_bus_id(gpu_count: int, index: int) -> str:
+    return HGX_8_GPU_BUS_IDS[index] if gpu_count == 8 else ""
 
 
 def _gpu_model(infos: Iterable[NodeInfo], name: str) -> str:

@@ -7,6 +7,7 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
+from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
 from portal.roles import ANY_ROLE, role_required
 
@@ -40,6 +41,7 @@ def node_detail(request, name: str):
         "node": node,
         "jobs": node.jobs.filter(state__in=ACTIVE_JOB_STATES).order_by("-slurm_id"),
         "changes": node.state_changes.all()[:50],
+        "health_events": recent_events_for_node(node),
     }
     return render(request, "clusters/node_detail.html", context)
 

@@ -6,6 +6,7 @@ from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
+from health.api.views import HealthEventsView
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -14,6 +15,7 @@ api_patterns = [
     path("auth/token/", obtain_auth_token, name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("health/events/", HealthEventsView.as_view(), name="api-health-events"),
     path("", include(router.urls)),
 ]
 
@@ -22,6 +24,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_patterns)),
+    path("", include("health.urls")),
     path("", include("clusters.urls")),
 ]
 

@@ -1,42 +1,51 @@
+"""Fixtures shared by the Django tests.
+
+Imports of Django code stay inside the fixtures so that the plain-Python suites
+(agent, parsers, launcher) can also run with `-p no:django`.
+"""
+
 from __future__ import annotations
 
 from datetime import timedelta
 
 import pytest
 
-from clusters.backends import registry
-from clusters.backends.simulated import SimulatedCluster
-from clusters.models import Cluster
-from clusters.sync import apply_snapshot
-from portal.accounts import create_user_with_role
-from portal.roles import Role
-
 PASSWORD = "correct-horse-battery"
+
+
+def _user(username: str, role_name: str):
+    from portal.accounts import create_user_with_role
+    from portal.roles import Role
+
+    return create_user_with_role(username, Role(role_name), PASSWORD)[0]
 
 
 @pytest.fixture
 def researcher(db):
-    return create_user_with_role("alice", Role.RESEARCHER, PASSWORD)[0]
+    return _user("alice", "researcher")
 
 
 @pytest.fixture
 def other_researcher(db):
-    return create_user_with_role("bob", Role.RESEARCHER, PASSWORD)[0]
+    return _user("bob", "researcher")
 
 
 @pytest.fixture
 def admin_user(db):
-    return create_user_with_role("admin", Role.ADMIN, PASSWORD)[0]
+    return _user("admin", "admin")
 
 
 @pytest.fixture
 def manager(db):
-    return create_user_with_role("manager", Role.MANAGER, PASSWORD)[0]
+    return _user("manager", "manager")
 
 
 @pytest.fixture
 def sim():
     """A small simulated cluster with no random faults, installed as the backend."""
+    from clusters.backends import registry
+    from clusters.backends.simulated import SimulatedCluster
+
     simulator = SimulatedCluster.standard(train=4, infer=1, spare=2, seed=7)
     simulator.fault_rate_per_gpu_day = 0
     registry.use(simulator)
@@ -46,12 +55,15 @@ def sim():
 
 @pytest.fixture
 def cluster(db):
+    from clusters.models import Cluster
+
     return Cluster.objects.create(name="test", backend="simulated")
 
 
 @pytest.fixture
 def synced(sim, cluster):
     """Reconcile the simulator into the database; call again after changes."""
+    from clusters.sync import apply_snapshot
 
     def sync(advance: timedelta | None = None):
         if advance:

@@ -1,0 +1,1 @@
+"""The Medbay node agent (`medbay-agent`). Standard library only; imports no Django."""

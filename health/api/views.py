@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.generics import ListAPIView
+from rest_framework.response import Response
+
+from clusters.models import Node
+from health.api.auth import IsNodeAgent, NodeTokenAuthentication
+from health.ingest import BatchInvalid, ingest, validate_batch
+from health.models import HealthEvent
+from health.queries import filter_events
+from portal.roles import HasAnyRole
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+
+
+class HealthEventSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+    title = serializers.CharField()
+    check = serializers.CharField(source="check_name")
+
+    class Meta:
+        model = HealthEvent
+        fields = [
+            "id", "node", "kind", "xid", "title", "gpu_index", "pci", "check", "status",
+            "severity", "message", "count", "observed_at", "last_observed_at", "incident",
+        ]  # fmt: skip
+
+
+AGENT_EVENT_FIELDS = {
+    "id": serializers.CharField(max_length=128),
+    "kind": serializers.ChoiceField(["xid", "check", "nvml", "dcgm"]),
+    "observed_at": serializers.DateTimeField(),
+    "xid": serializers.IntegerField(required=False, allow_null=True),
+    "pci": serializers.CharField(required=False, allow_null=True),
+    "gpu_index": serializers.IntegerField(required=False, allow_null=True),
+    "check": serializers.CharField(required=False, allow_null=True),
+    "status": serializers.CharField(required=False, allow_null=True),
+    "message": serializers.CharField(required=False, allow_blank=True),
+    "data": serializers.DictField(required=False),
+}
+
+
+class HealthEventsView(ListAPIView):
+    """GET: the event feed (any role). POST: a node agent's batch (node token)."""
+
+    serializer_class = HealthEventSerializer
+
+    def initialize_request(self, request, *args, **kwargs):
+        self._posting = request.method == "POST"
+        return super().initialize_request(request, *args, **kwargs)
+
+    def get_authenticators(self):
+        if getattr(self, "_posting", False):
+            return [NodeTokenAuthentication()]
+        return super().get_authenticators()
+
+    def get_permissions(self):
+        return [IsNodeAgent()] if self._posting else [HasAnyRole()]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(name, str, required=False)
+            for name in ("node", "gpu", "xid", "severity", "since", "until", "kind")
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self):
+        events = HealthEvent.objects.select_related("node")
+        return filter_events(events, self.request.query_params)
+
+    @extend_schema(
+        request=inline_serializer(
+            "AgentBatch",
+            {
+                "node": serializers.CharField(),
+                "events": inline_serializer("AgentEvent", AGENT_EVENT_FIELDS, many=True),
+            },
+        ),
+        responses={
+            201: inline_serializer(
+                "AgentBatchAccepted",
+                {"accepted": serializers.IntegerField(), "duplicates": serializers.IntegerField()},
+            )
+        },
+    )
+    def post(self, request, *args, **kwargs):
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        if length > MAX_BODY_BYTES:
+            return Response(
+                {"detail": f"Payload too large; at most {MAX_BODY_BYTES} bytes.", "errors": {}},
+                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        try:
+            batch = validate_batch(request.data)
+        except BatchInvalid as invalid:
+            raise ValidationError(invalid.errors) from None
+        node = Node.objects.filter(name=batch.node).first()
+        if node is None:
+            raise ValidationError({"node": [f"Unknown node {batch.node!r}."]})
+        token_node = request.user.node
+        if node.pk != token_node.pk:
+            raise PermissionDenied(
+                f"This token belongs to {token_node.name}; it cannot report for {node.name}."
+            )
+        result = ingest(node, batch.events)
+        return Response(
+            {"accepted": result.accepted, "duplicates": result.duplicates, "folded": result.folded},
+            status=status.HTTP_201_CREATED,
+        )

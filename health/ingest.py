@@ -1,0 +1,384 @@
+"""Agent event ingestion: validation, idempotency, folding, incidents, GPU health.
+
+Everything for one batch happens in one transaction with a constant number of
+queries; live updates and remediation triggers fire only after it commits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from clusters.models import Gpu, GpuHealth, Node
+from health import xid as catalogue
+from health.models import (
+    CheckStatus,
+    EventKind,
+    HealthEvent,
+    Incident,
+    ReceivedEventId,
+    Severity,
+)
+from portal import live
+
+MAX_EVENTS = 1000
+MAX_MESSAGE = 4000
+MAX_FUTURE = timedelta(minutes=5)
+MAX_PAST = timedelta(days=30)
+# Identical repeats inside this window fold into one row with a count.
+FOLD_WINDOW = timedelta(minutes=5)
+# NVIDIA Fleet Intelligence closes an XID burst after 3 minutes of silence.
+INCIDENT_SILENCE = timedelta(minutes=3)
+PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
+EVENT_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+# Called with the new or grown incidents after commit (the remediation engine).
+incident_listeners: list[Callable[[list[int]], None]] = []
+
+
+@dataclass
+class Batch:
+    node: str
+    events: list[dict]
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    duplicates: int = 0
+    folded: int = 0
+    event_ids: list[int] = field(default_factory=list)
+    incident_ids: list[int] = field(default_factory=list)
+
+
+class BatchInvalid(Exception):
+    def __init__(self, errors: dict[str, list[str]]):
+        super().__init__("invalid batch")
+        self.errors = errors
+
+
+# ----------------------------------------------------------------- validation
+def validate_batch(payload, *, now: datetime | None = None) -> Batch:
+    """Strict, fast validation of an agent batch; raises BatchInvalid with per-field errors."""
+    now = now or timezone.now()
+    if not isinstance(payload, dict):
+        raise BatchInvalid({"non_field_errors": ["Expected a JSON object."]})
+    errors: dict[str, list[str]] = {}
+    node = payload.get("node")
+    if not isinstance(node, str) or not node or len(node) > 128:
+        errors["node"] = ["A node name (string) is required."]
+    events = payload.get("events")
+    if not isinstance(events, list) or not events:
+        errors["events"] = ["A non-empty list of events is required."]
+    elif len(events) > MAX_EVENTS:
+        errors["events"] = [f"At most {MAX_EVENTS} events per request; got {len(events)}."]
+    if errors:
+        raise BatchInvalid(errors)
+    cleaned, seen_ids = [], set()
+    for position, raw in enumerate(events):
+        event, event_errors = _clean_event(raw, now)
+        for name, messages in event_errors.items():
+            errors[f"events[{position}].{name}"] = messages
+        if event is not None:
+            if event["id"] in seen_ids:
+                errors[f"events[{position}].id"] = [f"Duplicate id {event['id']!r} in batch."]
+            seen_ids.add(event["id"])
+            cleaned.append(event)
+    if errors:
+        raise BatchInvalid(errors)
+    return Batch(node=node, events=cleaned)
+
+
+def _clean_event(raw, now: datetime) -> tuple[dict | None, dict[str, list[str]]]:
+    if not isinstance(raw, dict):
+        return None, {"non_field_errors": ["Each event must be a JSON object."]}
+    errors: dict[str, list[str]] = {}
+    event = {
+        "id": _text(raw, "id", errors, required=True, limit=128),
+        "kind": raw.get("kind"),
+        "xid": _integer(raw, "xid", errors, upper=100_000),
+        "gpu_index": _integer(raw, "gpu_index", errors, upper=255),
+        "gpu_instance": _integer(raw, "gpu_instance", errors, upper=255),
+        "compute_instance": _integer(raw, "compute_instance", errors, upper=255),
+        "pid": _integer(raw, "pid", errors, upper=2**31),
+        "process": _text(raw, "process", errors, limit=256),
+        "check": _text(raw, "check", errors, limit=64),
+        "status": raw.get("status"),
+        "message": _text(raw, "message", errors, limit=MAX_MESSAGE),
+        "pci": _text(raw, "pci", errors, limit=16).lower(),
+        "data": raw.get("data") or {},
+    }
+    if event["id"] and not EVENT_ID_RE.match(event["id"]):
+        errors["id"] = ["Use 1-128 letters, digits, '.', '_', ':' or '-'."]
+    if event["kind"] not in EventKind.values:
+        errors["kind"] = [f"Must be one of {', '.join(EventKind.values)}."]
+    if event["pci"] and not PCI_RE.match(event["pci"]):
+        errors["pci"] = ["Must look like 0000:3b:00 (domain:bus:device)."]
+    if event["status"] is not None and event["status"] not in CheckStatus.values:
+        errors["status"] = [f"Must be one of {', '.join(CheckStatus.values)} or null."]
+    if event["kind"] == EventKind.XID and event["xid"] is None and "xid" not in errors:
+        errors["xid"] = ["An xid event needs an integer xid."]
+    if event["kind"] == EventKind.CHECK and not event["check"] and "check" not in errors:
+        errors["check"] = ["A check event needs the check's name."]
+    if not isinstance(event["data"], dict):
+        errors["data"] = ["Must be a JSON object."]
+    event["observed_at"] = _timestamp(raw.get("observed_at"), now, errors)
+    return (None if errors else event), errors
+
+
+def _text(raw: dict, name: str, errors, *, required: bool = False, limit: int) -> str:
+    value = raw.get(name)
+    if value is None:
+        if required:
+            errors[name] = ["This field is required."]
+        return ""
+    if not isinstance(value, str):
+        errors[name] = ["Must be a string."]
+        return ""
+    if len(value) > limit:
+        errors[name] = [f"At most {limit} characters."]
+    if "\x00" in value:
+        errors[name] = ["Must not contain NUL characters."]
+    return value[:limit]
+
+
+def _integer(raw: dict, name: str, errors, *, upper: int) -> int | None:
+    value = raw.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        errors[name] = ["Must be an integer or null."]
+        return None
+    if not 0 <= value <= upper:
+        errors[name] = [f"Must be between 0 and {upper}."]
+        return None
+    return value
+
+
+def _timestamp(value, now: datetime, errors) -> datetime | None:
+    if not isinstance(value, str):
+        errors["observed_at"] = ["An ISO-8601 timestamp with a time zone is required."]
+        return None
+    try:
+        moment = parse_datetime(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        errors["observed_at"] = ["An ISO-8601 timestamp with a time zone is required."]
+        return None
+    if moment > now + MAX_FUTURE:
+        errors["observed_at"] = ["Is in the future; check the node's clock."]
+    elif moment < now - MAX_PAST:
+        errors["observed_at"] = ["Is more than 30 days old."]
+    return moment
+
+
+# ----------------------------------------------------------------- storing
+def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> IngestResult:
+    """Store a validated batch for `node`: idempotent on event id, folded, grouped."""
+    now = now or timezone.now()
+    result = IngestResult()
+    with transaction.atomic():
+        ids = [event["id"] for event in events]
+        known = set(
+            ReceivedEventId.objects.filter(node=node, event_id__in=ids).values_list(
+                "event_id", flat=True
+            )
+        )
+        fresh = sorted((e for e in events if e["id"] not in known), key=lambda e: e["observed_at"])
+        result.duplicates = len(events) - len(fresh)
+        if not fresh:
+            return result
+        ReceivedEventId.objects.bulk_create(
+            ReceivedEventId(node=node, event_id=e["id"], received_at=now) for e in fresh
+        )
+        gpu_by_pci = dict(
+            Gpu.objects.filter(node=node).exclude(pci_bus_id="").values_list("pci_bus_id", "index")
+        )
+        for event in fresh:
+            if event["gpu_index"] is None and event["pci"]:
+                event["gpu_index"] = gpu_by_pci.get(event["pci"])
+        rows, folded = _fold(node, fresh, now)
+        incidents = _group_into_incidents(node, rows)
+        result.accepted, result.folded = len(fresh), folded
+        result.event_ids = [row.pk for row in rows]
+        result.incident_ids = sorted({incident.pk for incident in incidents})
+        changed_gpus = _update_gpu_health(node, fresh, now)
+        _publish_after_commit(node, result, changed_gpus)
+    return result
+
+
+def _severity(event: dict) -> str:
+    if event["kind"] == EventKind.XID:
+        return str(catalogue.lookup(event["xid"]).severity)
+    return {
+        CheckStatus.FAIL: Severity.CRITICAL,
+        CheckStatus.WARN: Severity.WARNING,
+    }.get(event["status"], Severity.INFO)
+
+
+def _fold_key(node: Node, event: dict) -> str:
+    parts = (
+        node.pk,
+        event["kind"],
+        event["xid"],
+        event["pci"],
+        event["gpu_index"],
+        event["gpu_instance"],
+        event["check"],
+        event["status"],
+        event["message"],
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _fold(node: Node, events: list[dict], now: datetime) -> tuple[list[HealthEvent], int]:
+    """Fold identical repeats; each returned row carries `batch_count`, its share of this batch."""
+    keys = {id(event): _fold_key(node, event) for event in events}
+    earliest = events[0]["observed_at"] - FOLD_WINDOW
+    open_rows = {
+        row.fold_key: row
+        for row in HealthEvent.objects.filter(
+            node=node, fold_key__in=set(keys.values()), last_observed_at__gte=earliest
+        ).order_by("last_observed_at")
+    }
+    new_rows, grown, folded = [], {}, 0
+    for event in events:
+        key = keys[id(event)]
+        row = open_rows.get(key)
+        if row is not None and event["observed_at"] - row.last_observed_at <= FOLD_WINDOW:
+            row.count += 1
+            row.batch_count = getattr(row, "batch_count", 0) + 1
+            row.last_observed_at = max(row.last_observed_at, event["observed_at"])
+            folded += 1
+            if row.pk:
+                grown[row.pk] = row
+            continue
+        row = _new_row(node, event, key, now)
+        row.batch_count = 1
+        open_rows[key] = row
+        new_rows.append(row)
+    HealthEvent.objects.bulk_create(new_rows)
+    HealthEvent.objects.bulk_update(list(grown.values()), ["count", "last_observed_at"])
+    return [*new_rows, *grown.values()], folded
+
+
+def _new_row(node: Node, event: dict, key: str, now: datetime) -> HealthEvent:
+    data = dict(event["data"])
+    for name in ("gpu_instance", "compute_instance", "pid", "process"):
+        if event[name] not in (None, ""):
+            data[name] = event[name]
+    return HealthEvent(
+        node=node,
+        kind=event["kind"],
+        xid=event["xid"],
+        gpu_index=event["gpu_index"],
+        pci=event["pci"],
+        check_name=event["check"],
+        status=event["status"] or "",
+        severity=_severity(event),
+        message=event["message"],
+        data=data,
+        observed_at=event["observed_at"],
+        last_observed_at=event["observed_at"],
+        received_at=now,
+        fold_key=key,
+    )
+
+
+def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]:
+    """Attach XIDs and failing checks to the open incident of their GPU, or open one."""
+    relevant = [row for row in rows if row.kind == EventKind.XID or row.severity != Severity.INFO]
+    if not relevant:
+        return []
+    earliest = min(row.observed_at for row in relevant) - INCIDENT_SILENCE
+    open_incidents = {
+        incident.gpu_index: incident
+        for incident in Incident.objects.filter(node=node, last_event_at__gte=earliest).order_by(
+            "last_event_at"
+        )
+    }
+    touched: dict[int, Incident] = {}
+    for row in sorted(relevant, key=lambda r: r.observed_at):
+        incident = open_incidents.get(row.gpu_index)
+        if incident is None or row.observed_at - incident.last_event_at > INCIDENT_SILENCE:
+            incident = Incident(
+                node=node, gpu_index=row.gpu_index, opened_at=row.observed_at,
+                last_event_at=row.observed_at,
+            )  # fmt: skip
+            incident.save()
+            open_incidents[row.gpu_index] = incident
+        _grow_incident(incident, row)
+        touched[incident.pk] = incident
+        row.incident = incident
+    Incident.objects.bulk_update(
+        list(touched.values()), ["last_event_at", "severity", "xids", "event_count", "summary"]
+    )
+    HealthEvent.objects.bulk_update(relevant, ["incident"])
+    return list(touched.values())
+
+
+def _grow_incident(incident: Incident, row: HealthEvent) -> None:
+    incident.last_event_at = max(incident.last_event_at, row.last_observed_at)
+    incident.event_count += row.batch_count
+    if SEVERITY_RANK[Severity(row.severity)] > SEVERITY_RANK[Severity(incident.severity)]:
+        incident.severity = row.severity
+    if row.xid is not None and row.xid not in incident.xids:
+        incident.xids = [*incident.xids, row.xid]
+    incident.summary = row.title[:255] if row.severity == incident.severity else incident.summary
+
+
+def _update_gpu_health(node: Node, events: list[dict], now: datetime) -> bool:
+    verdicts: dict[int, tuple[str, str]] = {}
+    for event in events:
+        index = event["gpu_index"]
+        severity = _severity(event)
+        if index is None or severity == Severity.INFO:
+            continue
+        health = GpuHealth.FAILED if severity == Severity.CRITICAL else GpuHealth.DEGRADED
+        if verdicts.get(index, ("",))[0] == GpuHealth.FAILED:
+            continue
+        reason = _health_reason(event)
+        verdicts[index] = (health, reason)
+    if not verdicts:
+        return False
+    gpus = list(Gpu.objects.filter(node=node, index__in=verdicts))
+    changed = []
+    for gpu in gpus:
+        health, reason = verdicts[gpu.index]
+        if gpu.health == GpuHealth.FAILED and health == GpuHealth.DEGRADED:
+            continue
+        gpu.health, gpu.health_reason, gpu.health_changed_at = health, reason[:255], now
+        changed.append(gpu)
+    Gpu.objects.bulk_update(changed, ["health", "health_reason", "health_changed_at"])
+    return bool(changed)
+
+
+def _health_reason(event: dict) -> str:
+    if event["kind"] == EventKind.XID:
+        info = catalogue.lookup(event["xid"])
+        return f"XID {event['xid']}: {info.name}" if info.known else f"unknown XID {event['xid']}"
+    return f"{event['check']}: {event['message']}"
+
+
+def _publish_after_commit(node: Node, result: IngestResult, gpus_changed: bool) -> None:
+    event_ids, incident_ids, node_id = list(result.event_ids), list(result.incident_ids), node.pk
+
+    def publish() -> None:
+        from health.views import publish_events
+
+        publish_events(event_ids)
+        if gpus_changed:
+            live.publish_nodes([node_id])
+        for listener in list(incident_listeners):
+            listener(incident_ids)
+
+    transaction.on_commit(publish)

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from clusters.models import Node
+
+
+class Severity(models.TextChoices):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+class EventKind(models.TextChoices):
+    XID = "xid"
+    CHECK = "check"
+    NVML = "nvml"
+    DCGM = "dcgm"
+
+
+class CheckStatus(models.TextChoices):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class NodeToken(models.Model):
+    """A node agent's credential: bound to one node, stored only as a hash."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.node.name} agent token {self.prefix}…"
+
+    @classmethod
+    def issue(cls, node: Node, *, created_by=None) -> tuple[NodeToken, str]:
+        """Revoke the node's current tokens and return a new one with its raw value."""
+        raw = f"mbn_{secrets.token_urlsafe(32)}"
+        now = timezone.now()
+        cls.objects.filter(node=node, revoked_at__isnull=True).update(revoked_at=now)
+        token = cls.objects.create(
+            node=node, token_hash=hash_token(raw), prefix=raw[4:12], created_by=created_by
+        )
+        return token, raw
+
+
+class Incident(models.Model):
+    """A burst of related events on one GPU (or node) with under 3 minutes of silence."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="incidents")
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    opened_at = models.DateTimeField()
+    last_event_at = models.DateTimeField()
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.INFO)
+    xids = models.JSONField(default=list, blank=True)
+    event_count = models.PositiveIntegerField(default=0)
+    summary = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-last_event_at"]
+        indexes = [models.Index(fields=["node", "gpu_index", "last_event_at"])]
+
+    def __str__(self) -> str:
+        return f"incident {self.pk} on {self.node_id}"
+
+
+class HealthEvent(models.Model):
+    """An XID or health-check result; identical repeats fold into one row with a count."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
+    incident = models.ForeignKey(
+        Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
+    )
+    kind = models.CharField(max_length=8, choices=EventKind.choices)
+    xid = models.PositiveIntegerField(null=True, blank=True, db_index=True)
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    pci = models.CharField(max_length=16, blank=True)
+    check_name = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=8, choices=CheckStatus.choices, blank=True)
+    severity = models.CharField(max_length=16, choices=Severity.choices, db_index=True)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    observed_at = models.DateTimeField(db_index=True)
+    last_observed_at = models.DateTimeField()
+    received_at = models.DateTimeField(default=timezone.now)
+    count = models.PositiveIntegerField(default=1)
+    fold_key = models.CharField(max_length=64, db_index=True)
+
+    class Meta:
+        ordering = ["-last_observed_at", "-id"]
+        indexes = [models.Index(fields=["node", "last_observed_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.xid or self.check_name} on {self.node_id}"
+
+    @property
+    def title(self) -> str:
+        if self.kind == EventKind.XID:
+            from health.xid import lookup
+
+            info = lookup(self.xid)
+            return f"XID {self.xid}: {info.name}" if info.known else f"unknown XID {self.xid}"
+        return f"{self.check_name}: {self.status}"
+
+
+class ReceivedEventId(models.Model):
+    """Every event id an agent has sent, so a resent batch is never counted twice."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    event_id = models.CharField(max_length=128)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "event_id"], name="unique_agent_event_id")
+        ]
+
+    def __str__(self) -> str:
+        return self.event_id

@@ -1,0 +1,1 @@
+"""Pure parsers for GPU fault sources: kernel log, nvidia-smi XML, DCGM, NVML."""

@@ -1,0 +1,59 @@
+"""Filters shared by the event feed page and the events API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from health.models import HealthEvent
+
+PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def filter_events(events, params):
+    """Apply node/gpu/xid/severity/kind/time filters; unusable values are ignored."""
+    if params.get("node"):
+        events = events.filter(node__name=params["node"][:128])
+    if (gpu := _int(params.get("gpu"))) is not None:
+        events = events.filter(gpu_index=gpu)
+    if (code := _int(params.get("xid"))) is not None:
+        events = events.filter(xid=code)
+    if params.get("severity") in ("info", "warning", "critical"):
+        events = events.filter(severity=params["severity"])
+    if params.get("kind") in ("xid", "check", "nvml", "dcgm"):
+        events = events.filter(kind=params["kind"])
+    if params.get("period") in PERIODS:
+        events = events.filter(last_observed_at__gte=timezone.now() - PERIODS[params["period"]])
+    for name, lookup in (("since", "last_observed_at__gte"), ("until", "observed_at__lte")):
+        moment = _moment(params.get(name))
+        if moment is not None:
+            events = events.filter(**{lookup: moment})
+    return events.order_by("-last_observed_at", "-id")
+
+
+def _moment(value):
+    if not value:
+        return None
+    try:
+        moment = parse_datetime(value)
+    except ValueError:
+        return None
+    if moment is not None and moment.tzinfo is None:
+        moment = timezone.make_aware(moment)
+    return moment
+
+
+def recent_events_for_node(node, limit: int = 50):
+    return HealthEvent.objects.filter(node=node).order_by("-last_observed_at", "-id")[:limit]
+
+
+__all__ = ["filter_events", "recent_events_for_node", "HealthEvent"]

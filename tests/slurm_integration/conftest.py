@@ -1,0 +1,112 @@
+"""Starts the local Slurm cluster (deploy/minicluster/up) once per test session.
+
+With CI=true a cluster that cannot start fails the run: integration tests must
+never be skipped there. Elsewhere they are skipped, with the reason, when this
+machine cannot run the cluster (not root, no apt-get and no Slurm).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from clusters.backends.slurm import SlurmBackend
+
+REPO = Path(__file__).resolve().parents[2]
+UP = REPO / "deploy" / "minicluster" / "up"
+TEST_REASON_PREFIX = "medbay-test"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def cannot_run_cluster_reason() -> str:
+    if os.geteuid() != 0:
+        return "the Slurm minicluster needs root (it installs packages and starts daemons)"
+    if not shutil.which("slurmctld") and not shutil.which("apt-get"):
+        return "Slurm is not installed and apt-get is not available to install it"
+    return ""
+
+
+def environment_from_up_output(stdout: str) -> dict[str, str]:
+    environment = {}
+    for line in stdout.splitlines():
+        if line.startswith("export ") and "=" in line:
+            key, _, value = line.removeprefix("export ").partition("=")
+            environment[key.strip()] = value.strip()
+    return environment
+
+
+def start_minicluster() -> dict[str, str]:
+    """Runs `up` and returns the environment it printed; fails loudly on error."""
+    completed = subprocess.run([str(UP)], capture_output=True, text=True, timeout=600, check=False)
+    if completed.returncode != 0:
+        pytest.fail(
+            f"deploy/minicluster/up failed ({completed.returncode}):\n"
+            f"{completed.stdout}\n{completed.stderr}"
+        )
+    environment = environment_from_up_output(completed.stdout)
+    if "SLURM_CONF" not in environment:
+        pytest.fail(f"deploy/minicluster/up printed no SLURM_CONF:\n{completed.stdout}")
+    return environment
+
+
+@pytest.fixture(scope="session")
+def minicluster():
+    reason = cannot_run_cluster_reason()
+    if reason:
+        if in_ci():
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    started = time.monotonic()
+    environment = start_minicluster()
+    previous = {key: os.environ.get(key) for key in environment}
+    os.environ.update(environment)
+    environment["startup_seconds"] = f"{time.monotonic() - started:.2f}"
+    yield environment
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def slurm(minicluster):
+    """A backend on the minicluster; jobs cancelled and test drains undone afterwards."""
+    backend = SlurmBackend(minicluster["SLURM_CONF"])
+    yield backend
+    clean_up(backend)
+
+
+def clean_up(backend: SlurmBackend) -> None:
+    if not backend.controller_up():
+        return
+    for job in backend.jobs():
+        if job.state in {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING"}:
+            backend.cancel_job(job.job_id)
+    for node in backend.nodes():
+        if node.reason.startswith(TEST_REASON_PREFIX):
+            backend.resume_node(node.name)
+    configured = backend.configured_partitions()
+    for partition in backend.partitions():
+        if partition.name in configured and partition.nodes != configured[partition.name]:
+            backend.set_partition_nodes(partition.name, configured[partition.name])
+    wait_for_empty_queue(backend)
+
+
+def wait_for_empty_queue(backend: SlurmBackend, timeout_s: float = 15) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        active = [
+            job for job in backend.jobs() if job.state in {"COMPLETING", "RUNNING", "PENDING"}
+        ]
+        if not active:
+            return
+        time.sleep(0.2)
