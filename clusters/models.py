@@ -119,6 +119,10 @@ class Node(models.Model):
     gpus_used = models.PositiveSmallIntegerField(default=0)
     last_seen_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # The action of the node's active remediation run, if any; the board shows
+    # "replacing" from it, since Slurm has no such state.
+    active_remediation = models.CharField(max_length=16, blank=True)
+    cordoned = models.BooleanField(default=False)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="unique_node_name")]
@@ -168,3 +172,12 @@ class NodeStateChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_status} -> {self.to_status}"
+
+
+# Remediation models live in their own module but belong to this app.
+from clusters.remediation.models import (  # noqa: E402, F401
+    BreakerTrip,
+    Policy,
+    Remediation,
+    RemediationStep,
+)

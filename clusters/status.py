@@ -7,7 +7,11 @@ from clusters.models import NodeStatus, PoolKind
 BUSY_STATES = frozenset({"allocated", "mixed"})
 
 
-def board_status(state: str, flags: set[str] | frozenset[str], pool_kind: str | None) -> str:
+def board_status(
+    state: str, flags: set[str] | frozenset[str], pool_kind: str | None, remediation: str = ""
+) -> str:
+    if remediation == "replace":
+        return NodeStatus.REPLACING
     # Order matters: Slurm shows DRAIN over FAIL in compact form, but for an
     # operator "fail" (hardware out of service) is the more important fact.
     if "fail" in flags:

@@ -184,10 +184,14 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
     new_nodes, changed, history = [], [], []
     for info in infos:
         pool = _pool_for(info, pools)
+        row = rows.get(info.name)
+        remediation = row.active_remediation if row else ""
         values = {
             "state": info.state,
             "flags": ",".join(sorted(info.flags)),
-            "status": board_status(info.state, info.flags, pool.kind if pool else None),
+            "status": board_status(
+                info.state, info.flags, pool.kind if pool else None, remediation
+            ),
             "reason": info.reason[:512],
             "pool": pool,
             "partition_names": ",".join(info.partitions),
@@ -196,7 +200,6 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
             "gpu_count": info.gpus,
             "gpus_used": info.gpus_used,
         }
-        row = rows.get(info.name)
         if row is None:
             row = Node(cluster=cluster, name=info.name, last_seen_at=now, updated_at=now, **values)
             new_nodes.append(row)

@@ -16,6 +16,9 @@ api_patterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health/events/", HealthEventsView.as_view(), name="api-health-events"),
+    path("", include("jobs.api.urls")),
+    path("", include("clusters.remediation.api_urls")),
+    path("", include("portal.reports.api_urls")),
     path("", include(router.urls)),
 ]
 
@@ -25,6 +28,9 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),
+    path("", include("jobs.urls")),
+    path("", include("clusters.remediation.urls")),
+    path("", include("portal.reports.urls")),
     path("", include("clusters.urls")),
 ]
 

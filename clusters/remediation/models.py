@@ -1,0 +1,170 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from clusters.models import Node
+from clusters.remediation.transitions import ACTIVE, RunStatus
+
+
+class Action(models.TextChoices):
+    NOTIFY = "notify"
+    RESTART_APP = "restart_app"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+    TO_INFERENCE = "to_inference"
+    TO_TRAINING = "to_training"
+
+
+class Trigger(models.TextChoices):
+    HEALTH_EVENT = "health_event"
+    ADMIN = "admin"
+    POLICY = "policy"
+
+
+class Mode(models.TextChoices):
+    AUTOMATIC = "automatic"
+    APPROVAL = "approval"
+    DRY_RUN = "dry_run"
+
+
+class StepOutcome(models.TextChoices):
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    WAITING = "waiting"
+    DRY_RUN = "dry_run"
+
+
+class Policy(models.Model):
+    """What the engine does about one XID code or health check, and whether it asks first."""
+
+    xid = models.PositiveIntegerField(null=True, blank=True, unique=True)
+    check_name = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.APPROVAL)
+    enabled = models.BooleanField(default=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["xid", "check_name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(xid__isnull=False) | ~Q(check_name=""), name="policy_has_a_trigger"
+            )
+        ]
+
+    def __str__(self) -> str:
+        subject = f"XID {self.xid}" if self.xid is not None else self.check_name
+        return f"{subject} → {self.action} ({self.mode})"
+
+
+class Remediation(models.Model):
+    """One durable run of an action on a node, advanced step by step by the engine."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="remediations")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PROPOSED)
+    reason = models.CharField(max_length=255)
+    dry_run = models.BooleanField(default=False)
+    planned_steps = models.JSONField(default=list)
+    current_step = models.PositiveSmallIntegerField(default=0)
+    context = models.JSONField(default=dict, blank=True)
+    incident = models.ForeignKey(
+        "health.Incident", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.SET_NULL)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="requested_remediations",
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_remediations",
+    )
+    decision_comment = models.CharField(max_length=500, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    due_at = models.DateTimeField(default=timezone.now, db_index=True)
+    claimed_by = models.CharField(max_length=64, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # At most one active run per node, enforced by the database itself.
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(status__in=[str(s) for s in ACTIVE]),
+                name="one_active_remediation_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk}: {self.action} {self.node_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def step_name(self) -> str:
+        if self.current_step < len(self.planned_steps):
+            return self.planned_steps[self.current_step]
+        return ""
+
+
+class RemediationStep(models.Model):
+    """Append-only log of what each step did: started, finished, outcome, message."""
+
+    remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=32)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    outcome = models.CharField(max_length=16, choices=StepOutcome.choices)
+    message = models.CharField(max_length=500, blank=True)
+    worker = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["remediation_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.remediation_id}#{self.index} {self.name}: {self.outcome}"
+
+
+class BreakerTrip(models.Model):
+    """A circuit-breaker opening: automatic remediation paused until it closes."""
+
+    partition = models.CharField(max_length=64, blank=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=255)
+    suppressed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-opened_at"]
+
+    def __str__(self) -> str:
+        return f"breaker {self.partition or 'cluster'} {self.opened_at:%Y-%m-%d %H:%M}"
