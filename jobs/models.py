@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -63,6 +66,9 @@ class Job(models.Model):
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
+    # What the portal submitted (empty for jobs submitted outside Medbay).
+    script = models.TextField(blank=True)
+    params = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -97,3 +103,85 @@ class JobStateChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}: {self.from_state} -> {self.to_state}"
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ResearcherProfile(models.Model):
+    """How a portal account maps onto the cluster: Unix user, account, notifications."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="researcher_profile"
+    )
+    unix_user = models.CharField(
+        max_length=32, blank=True, db_index=True, help_text="Empty: the portal username."
+    )
+    default_account = models.CharField(max_length=64, blank=True)
+    notify_email = models.BooleanField(default=True)
+    webhook_url = models.URLField(blank=True, help_text="Slack-compatible incoming webhook.")
+    notifications_opt_out = models.BooleanField(default=False)
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.unix_user or self.user}"
+
+
+class JobToken(models.Model):
+    """The credential a running job reports progress with; dead once the job ends."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"job {self.job.slurm_id} token {self.prefix}…"
+
+    @staticmethod
+    def new_raw() -> str:
+        return f"mbj_{secrets.token_urlsafe(32)}"
+
+    @classmethod
+    def store(cls, job: Job, raw: str) -> JobToken:
+        return cls.objects.create(job=job, token_hash=hash_token(raw), prefix=raw[4:12])
+
+
+class JobProgress(models.Model):
+    """One progress report from a running job (step, checkpoint, which attempt)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="progress_reports")
+    step = models.PositiveBigIntegerField()
+    checkpoint_saved = models.BooleanField(default=False)
+    restart_count = models.PositiveIntegerField(default=0)
+    reported_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-reported_at", "-id"]
+        indexes = [models.Index(fields=["job", "reported_at"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} step {self.step}"
+
+
+class JobTemplate(models.Model):
+    """A researcher's saved job form, reusable for new submissions."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="job_templates"
+    )
+    name = models.CharField(max_length=64)
+    params = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "name"], name="unique_job_template_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner}: {self.name}"

@@ -1,1 +1,16 @@
-urlpatterns: list = []
+from django.urls import path
+
+from jobs import views
+
+urlpatterns = [
+    path("jobs/", views.queue, name="job-queue"),
+    path("jobs/new", views.new_job, name="job-new"),
+    path("jobs/new/preview", views.preview, name="job-preview"),
+    path("jobs/templates/", views.template_list, name="job-templates"),
+    path(
+        "jobs/templates/<int:template_id>/delete", views.template_delete, name="job-template-delete"
+    ),
+    path("jobs/<int:slurm_id>/", views.detail, name="job-detail"),
+    path("jobs/<int:slurm_id>/resubmit", views.resubmit, name="job-resubmit"),
+    path("jobs/<int:slurm_id>/cancel", views.cancel, name="job-cancel"),
+]

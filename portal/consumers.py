@@ -9,12 +9,26 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from portal import live
-from portal.roles import ANY_ROLE, has_role
+from portal.roles import ANY_ROLE, Role, has_role
 
 
 def _requested_topics(query_string: bytes) -> tuple[str, ...]:
     topics = parse_qs(query_string.decode("latin-1")).get("topics", ["board"])[0].split(",")
     return tuple(topic for topic in topics if topic in live.ALL_GROUPS) or (live.BOARD_GROUP,)
+
+
+def _groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
+    """Researchers get only their own jobs' rows; admins and managers get all."""
+    from jobs.accounts import unix_user_for
+    from jobs.live import user_jobs_group
+
+    groups = []
+    for topic in topics:
+        if topic == live.JOBS_GROUP and not has_role(user, Role.ADMIN, Role.MANAGER):
+            groups.append(user_jobs_group(unix_user_for(user)))
+        else:
+            groups.append(topic)
+    return tuple(groups)
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -29,7 +43,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=4403)
             return
         live.register_consumer_loop(asyncio.get_running_loop())
-        self.groups_joined = _requested_topics(self.scope.get("query_string", b""))
+        topics = _requested_topics(self.scope.get("query_string", b""))
+        self.groups_joined = await database_sync_to_async(_groups_for)(user, topics)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()

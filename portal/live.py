@@ -84,12 +84,13 @@ def publish_nodes(node_ids: Iterable[int]) -> None:
     send_html(BOARD_GROUP, counts + tiles)
 
 
-def publish_jobs(job_ids: Iterable[int]) -> None:
-    from jobs.live import render_job_rows
+def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
+    from jobs.live import job_fragments_by_group
 
     job_ids = list(job_ids)
     if job_ids:
-        send_html(JOBS_GROUP, render_job_rows(job_ids))
+        for group, html in job_fragments_by_group(job_ids, set(new_ids)).items():
+            send_html(group, html)
 
 
 def publish_banner(cluster_id: int) -> None:

@@ -7,6 +7,7 @@ channels-redis.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -144,6 +145,14 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-healing portal for GPU training clusters on Slurm.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Several models have a `status` or `action`; name the remediation enums.
+    "ENUM_NAME_OVERRIDES": {
+        "RemediationStatusEnum": "clusters.remediation.transitions.RunStatus",
+        "RemediationActionEnum": "clusters.remediation.models.Action",
+        # Nodes and jobs both have a `state` too.
+        "NodeStateEnum": "clusters.models.NodeState",
+        "JobStateEnum": "jobs.models.JobState",
+    },
 }
 
 # Security headers that `manage.py check --deploy` expects when not debugging.
@@ -166,8 +175,35 @@ MEDBAY_BACKEND = env_choice("MEDBAY_BACKEND", "simulated", ("simulated", "slurm"
 MEDBAY_FLEET = env_choice("MEDBAY_FLEET", "simulated", ("simulated", "slurm-spares", "kubernetes"))
 SLURM_CONF = env_str("SLURM_CONF")
 MEDBAY_SYNC_INTERVAL_S = env_float("MEDBAY_SYNC_INTERVAL_S", 2.0)
+# After a slurmctld restart reverts partitions to slurm.conf, re-apply Medbay's
+# pool membership automatically (false: only flag the drift on the board).
+MEDBAY_REAPPLY_POOLS = env_bool("MEDBAY_REAPPLY_POOLS", True)
 MEDBAY_SIM_SEED = env_int("MEDBAY_SIM_SEED", 42)
 MEDBAY_SIM_TIME_SCALE = env_float("MEDBAY_SIM_TIME_SCALE", 60.0)
+# Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
+MEDBAY_BREAKER_PARTITION_PCT = env_float("MEDBAY_BREAKER_PARTITION_PCT", 10.0)
+MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)
+MEDBAY_BREAKER_WINDOW_S = env_int("MEDBAY_BREAKER_WINDOW_S", 600)
+MEDBAY_FLAP_FAULTS = env_int("MEDBAY_FLAP_FAULTS", 3)
+MEDBAY_FLAP_WINDOW_H = env_float("MEDBAY_FLAP_WINDOW_H", 24.0)
+# Where jobs post progress reports and notifications link to (must be reachable from nodes).
+MEDBAY_PORTAL_URL = env_str("MEDBAY_PORTAL_URL", "http://127.0.0.1:8000")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "medbay@localhost")
+
+# /metrics answers these client addresses or networks, or anyone with the token.
+MEDBAY_METRICS_ALLOW = env_list("MEDBAY_METRICS_ALLOW", ["127.0.0.1", "::1"])
+for _entry in MEDBAY_METRICS_ALLOW:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"MEDBAY_METRICS_ALLOW must list IP addresses or networks, got {_entry!r}"
+        ) from None
+MEDBAY_METRICS_TOKEN = env_str("MEDBAY_METRICS_TOKEN")
+# Failed log-ins allowed per client address and user name within the window.
+MEDBAY_LOGIN_MAX_FAILURES = env_int("MEDBAY_LOGIN_MAX_FAILURES", 10)
+MEDBAY_LOGIN_WINDOW_S = env_int("MEDBAY_LOGIN_WINDOW_S", 300)
 
 LOGGING = {
     "version": 1,

@@ -56,3 +56,24 @@ async def test_clients_only_get_the_topics_they_asked_for(researcher, sim, synce
     await asyncio.sleep(0.1)
     assert await jobs_only.receive_nothing(timeout=0.3)
     await jobs_only.disconnect()
+
+
+async def test_a_researcher_only_receives_rows_of_their_own_jobs(
+    researcher, admin_user, sim, synced
+):
+    from datetime import timedelta
+
+    from clusters.backends.base import JobSubmission
+
+    mine, everything = communicator(researcher, "jobs"), communicator(admin_user, "jobs")
+    assert (await mine.connect())[0] and (await everything.connect())[0]
+    script = "#SBATCH --partition=train\n#SBATCH --gres=gpu:1\nsrun x\n"
+    bobs = sim.submit_job(JobSubmission(script=script, user="bob"))
+    await database_sync_to_async(synced)(timedelta(seconds=1))
+    assert f"job-{bobs}" in await everything.receive_from(timeout=2)
+    assert await mine.receive_nothing(timeout=0.3)
+    alices = sim.submit_job(JobSubmission(script=script, user="alice"))
+    await database_sync_to_async(synced)(timedelta(seconds=1))
+    assert f"job-{alices}" in await mine.receive_from(timeout=2)
+    await mine.disconnect()
+    await everything.disconnect()

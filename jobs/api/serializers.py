@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from jobs.accounts import can_view_script
+from jobs.models import Job, JobProgress, JobStateChange
+from jobs.reasons import plain_reason
+
+
+class JobSerializer(serializers.ModelSerializer):
+    id = serializers.IntegerField(source="slurm_id", read_only=True)
+    reason_text = serializers.SerializerMethodField()
+    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "user", "account", "partition", "state", "reason", "reason_text",
+            "node_names", "node_count", "gpus", "submit_at", "start_at", "end_at",
+            "eligible_at", "restart_count", "requeue", "exit_code", "time_limit_minutes",
+            "submitted_by",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_reason_text(self, job) -> str:
+        return plain_reason(job)
+
+
+class StateChangeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobStateChange
+        fields = ["from_state", "to_state", "reason", "actor", "restart_count", "at"]
+
+
+class ProgressSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobProgress
+        fields = ["step", "checkpoint_saved", "restart_count", "reported_at"]
+
+
+class JobDetailSerializer(JobSerializer):
+    """Adds parameters, history and progress; the script only for its owner or an admin."""
+
+    params = serializers.JSONField(read_only=True)
+    script = serializers.SerializerMethodField()
+    history = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "params", "script", "history", "progress"]
+        read_only_fields = fields
+
+    def get_script(self, job) -> str | None:
+        user = self.context["request"].user
+        return job.script if can_view_script(user, job) else None
+
+    def get_history(self, job) -> list[dict]:
+        rows = job.state_changes.order_by("at", "id")
+        return StateChangeSerializer(rows, many=True).data
+
+    def get_progress(self, job) -> list[dict]:
+        rows = job.progress_reports.order_by("-reported_at", "-id")[:20]
+        return ProgressSerializer(rows, many=True).data
+
+
+class ProgressReportSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0, max_value=2**62)
+    checkpoint_saved = serializers.BooleanField(default=False)
+    restart_count = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0)
+
+
+class TimelineEventSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    title = serializers.CharField()
+    detail = serializers.CharField()
+
+
+class RestartSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    cause = serializers.CharField()
+    explanation = serializers.CharField()
+    resumed_at = serializers.DateTimeField(allow_null=True)
+    resumed_from_step = serializers.IntegerField(allow_null=True)
+    lost_gpu_hours = serializers.FloatField(allow_null=True)

@@ -1,0 +1,203 @@
+"""Jobs API: list, detail, submit, resubmit, cancel, timeline and the job's own progress posts."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers, status
+from rest_framework.authentication import get_authorization_header
+from rest_framework.generics import ListAPIView
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from jobs import services
+from jobs.accounts import can_act_on_job
+from jobs.api.serializers import (
+    JobDetailSerializer,
+    JobSerializer,
+    ProgressReportSerializer,
+    ProgressSerializer,
+    RestartSerializer,
+    TimelineEventSerializer,
+)
+from jobs.forms import JobForm, form_data_from_json, initial_from_params
+from jobs.models import Job
+from jobs.queries import filter_jobs, job_for, visible_jobs
+from jobs.timeline import build_timeline
+from portal.roles import HasAnyRole
+
+JOB_INPUT = inline_serializer(
+    "JobInput",
+    {
+        "job_name": serializers.CharField(),
+        "partition": serializers.CharField(),
+        "account": serializers.CharField(required=False),
+        "nodes": serializers.IntegerField(),
+        "gpus_per_node": serializers.IntegerField(),
+        "gpu_flag": serializers.ChoiceField(["gres", "gpus-per-node"]),
+        "cpus_per_task": serializers.IntegerField(),
+        "mem": serializers.CharField(required=False),
+        "time_limit": serializers.IntegerField(help_text="minutes"),
+        "workdir": serializers.CharField(),
+        "env_setup": serializers.ListField(child=serializers.CharField(), required=False),
+        "template": serializers.ChoiceField(["torchrun", "python", "custom"]),
+        "command": serializers.CharField(),
+        "checkpoint_dir": serializers.CharField(required=False),
+        "auto_resume": serializers.BooleanField(required=False, allow_null=True),
+    },
+)
+
+
+def bind_form(payload, initial: dict | None = None) -> JobForm:
+    """Validate API input with the page's own form; raises a 400 with per-field errors."""
+    if not isinstance(payload, dict):
+        raise exceptions.ValidationError({"non_field_errors": ["Send a JSON object."]})
+    data = {**(initial or {}), **form_data_from_json(payload)}
+    form = JobForm(data, cluster=services.current_cluster())
+    if not form.is_valid():
+        errors = {
+            ("non_field_errors" if field == "__all__" else field): list(messages)
+            for field, messages in form.errors.items()
+        }
+        raise exceptions.ValidationError(errors)
+    return form
+
+
+def _submitted(job: Job, request) -> Response:
+    data = JobDetailSerializer(job, context={"request": request}).data
+    return Response(data, status=status.HTTP_201_CREATED)
+
+
+def _refused(error: services.SubmissionFailed) -> Response:
+    code = status.HTTP_400_BAD_REQUEST if error.permanent else status.HTTP_503_SERVICE_UNAVAILABLE
+    return Response({"detail": f"Slurm refused the job: {error.message}", "errors": {}}, code)
+
+
+class JobListView(ListAPIView):
+    """GET: jobs you may see (filters state, partition, user). POST: submit a job."""
+
+    serializer_class = JobSerializer
+    permission_classes = [HasAnyRole]
+
+    def get_queryset(self):
+        jobs = visible_jobs(self.request.user).order_by("-slurm_id")
+        return filter_jobs(jobs, self.request.query_params)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(n, str, required=False) for n in ("state", "partition", "user")
+        ]
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer})
+    def post(self, request):
+        form = bind_form(request.data)
+        try:
+            job = services.submit_job(request.user, form.params)
+        except services.SubmissionFailed as error:
+            return _refused(error)
+        return _submitted(job, request)
+
+
+class JobDetailView(APIView):
+    permission_classes = [HasAnyRole]
+
+    @extend_schema(responses=JobDetailSerializer)
+    def get(self, request, slurm_id: int):
+        job = job_for(request.user, slurm_id)
+        return Response(JobDetailSerializer(job, context={"request": request}).data)
+
+
+class JobResubmitView(APIView):
+    """A new job from this one's parameters, with any fields in the body changed."""
+
+    permission_classes = [HasAnyRole]
+
+    @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer})
+    def post(self, request, slurm_id: int):
+        job = job_for(request.user, slurm_id)
+        if not can_act_on_job(request.user, job):
+            raise DjangoPermissionDenied("You may only resubmit your own jobs.")
+        form = bind_form(request.data, initial=initial_from_params(job.params))
+        try:
+            new_job = services.resubmit_job(request.user, job, form.params)
+        except services.SubmissionFailed as error:
+            return _refused(error)
+        return _submitted(new_job, request)
+
+
+class JobCancelView(APIView):
+    permission_classes = [HasAnyRole]
+
+    @extend_schema(request=None, responses=JobDetailSerializer)
+    def post(self, request, slurm_id: int):
+        job = job_for(request.user, slurm_id)
+        try:
+            job = services.cancel_job(request.user, job)
+        except services.JobNotActive as error:
+            return Response({"detail": str(error), "errors": {}}, status.HTTP_409_CONFLICT)
+        except services.SubmissionFailed as error:
+            return _refused(error)
+        return Response(JobDetailSerializer(job, context={"request": request}).data)
+
+
+class JobTimelineView(APIView):
+    permission_classes = [HasAnyRole]
+
+    @extend_schema(
+        responses=inline_serializer(
+            "JobTimeline",
+            {
+                "job": serializers.IntegerField(),
+                "summary": serializers.CharField(),
+                "restarts": RestartSerializer(many=True),
+                "events": TimelineEventSerializer(many=True),
+            },
+        )
+    )
+    def get(self, request, slurm_id: int):
+        timeline = build_timeline(job_for(request.user, slurm_id))
+        return Response(
+            {
+                "job": timeline.job.slurm_id,
+                "summary": timeline.summary,
+                "restarts": RestartSerializer(
+                    [r.as_dict() for r in timeline.restarts], many=True
+                ).data,
+                "events": TimelineEventSerializer(
+                    [e.as_dict() for e in timeline.events], many=True
+                ).data,
+            }
+        )
+
+
+class JobProgressView(APIView):
+    """A running job reports its step with `Authorization: Bearer <job token>`."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(request=ProgressReportSerializer, responses={201: ProgressSerializer})
+    def post(self, request, slurm_id: int):
+        header = get_authorization_header(request).split()
+        if len(header) != 2 or header[0] != b"Bearer":
+            return _unauthorized("A job token is required (Authorization: Bearer ...).")
+        try:
+            token = services.token_for(header[1].decode(errors="replace"), slurm_id)
+        except services.TokenRefused as error:
+            if error.ended:
+                return Response({"detail": error.message, "errors": {}}, status.HTTP_403_FORBIDDEN)
+            return _unauthorized(error.message)
+        report = ProgressReportSerializer(data=request.data)
+        report.is_valid(raise_exception=True)
+        progress = services.record_progress(token, **report.validated_data)
+        return Response(ProgressSerializer(progress).data, status=status.HTTP_201_CREATED)
+
+
+def _unauthorized(message: str) -> Response:
+    response = Response({"detail": message, "errors": {}}, status.HTTP_401_UNAUTHORIZED)
+    response["WWW-Authenticate"] = "Bearer"
+    return response

@@ -1,0 +1,212 @@
+"""The job form: Django field parsing, partition limits, then sbatch's own validation.
+
+The HTML page, the htmx preview and `POST /api/v1/jobs/` all bind this form, so a
+job is refused for the same reasons, with the same per-field messages, everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from django import forms
+from django.db.models import Count, Max
+
+from clusters.models import Cluster, Partition
+from jobs.sbatch import GPU_FLAGS, TEMPLATES, JobParams, validate_params
+
+AUTO_RESUME_CHOICES = (
+    ("auto", "Automatic: on for multi-node GPU jobs"),
+    ("yes", "Yes"),
+    ("no", "No"),
+)
+# The preview shows the script exactly as submitted except for this secret, which is
+# only issued when the job is really submitted.
+PREVIEW_TOKEN = "issued-at-submit"
+DEFAULT_GRACE_S = 120
+
+
+def partition_limits(cluster: Cluster | None) -> dict[str, dict]:
+    """Per partition: max_nodes, max_time_minutes, node count and the largest node's GPUs."""
+    if cluster is None:
+        return {}
+    rows = (
+        Partition.objects.filter(cluster=cluster)
+        .annotate(node_total=Count("nodes"), max_gpus=Max("nodes__gpu_count"))
+        .order_by("-is_default", "name")
+    )
+    return {
+        row.name: {
+            "name": row.name,
+            "max_nodes": row.max_nodes,
+            "max_time_minutes": row.max_time_minutes,
+            "node_total": row.node_total,
+            "max_gpus_per_node": row.max_gpus or 0,
+            "grace_s": row.checkpoint_grace_s,
+        }
+        for row in rows
+    }
+
+
+def describe_limits(limits: dict) -> str:
+    parts = [f"{limits['node_total']} nodes", f"up to {limits['max_gpus_per_node']} GPUs/node"]
+    if limits["max_nodes"]:
+        parts.append(f"max {limits['max_nodes']} nodes/job")
+    if limits["max_time_minutes"]:
+        parts.append(f"max {limits['max_time_minutes']} min")
+    return f"{limits['name']} ({', '.join(parts)})"
+
+
+class JobForm(forms.Form):
+    job_name = forms.CharField(max_length=64)
+    partition = forms.ChoiceField()
+    account = forms.CharField(max_length=64, required=False)
+    nodes = forms.IntegerField(min_value=1, max_value=4096, initial=1)
+    gpus_per_node = forms.IntegerField(min_value=0, max_value=64, initial=0, label="GPUs per node")
+    gpu_flag = forms.ChoiceField(
+        choices=[(flag, f"--{flag}") for flag in GPU_FLAGS], initial="gres", label="GPU option"
+    )
+    cpus_per_task = forms.IntegerField(min_value=1, max_value=1024, initial=1)
+    mem = forms.CharField(
+        max_length=16, required=False, label="Memory", help_text="MB, or e.g. 32G"
+    )
+    time_limit = forms.IntegerField(
+        min_value=1, max_value=366 * 24 * 60, initial=60, label="Time limit (minutes)"
+    )
+    workdir = forms.CharField(max_length=1024, label="Working directory")
+    env_setup = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        label="Environment set-up lines",
+    )
+    template = forms.ChoiceField(choices=[(t, t) for t in TEMPLATES], initial="python")
+    command = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        label="Command or script body",
+        help_text="torchrun/python: the script and its arguments; custom: the whole body.",
+    )
+    checkpoint_dir = forms.CharField(max_length=1024, required=False)
+    auto_resume = forms.ChoiceField(choices=AUTO_RESUME_CHOICES, initial="auto")
+
+    def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.limits = partition_limits(cluster)
+        self.fields["partition"].choices = [
+            (name, describe_limits(limits)) for name, limits in self.limits.items()
+        ]
+        self.params: JobParams | None = None
+
+    def clean(self):
+        data = super().clean()
+        if self.errors:
+            return data
+        self._check_partition_limits(data)
+        if self.errors:
+            return data
+        params = self.build_params(data, progress_token=PREVIEW_TOKEN)
+        for field, messages in validate_params(params).items():
+            target = field if field in self.fields else None
+            for message in messages:
+                self.add_error(target, message if target else f"{field}: {message}")
+        if not self.errors:
+            self.params = params
+        return data
+
+    def _check_partition_limits(self, data) -> None:
+        limits = self.limits[data["partition"]]
+        if limits["max_nodes"] and data["nodes"] > limits["max_nodes"]:
+            self.add_error("nodes", f"{limits['name']} allows at most {limits['max_nodes']}.")
+        elif data["nodes"] > limits["node_total"]:
+            self.add_error("nodes", f"{limits['name']} has only {limits['node_total']} nodes.")
+        if limits["max_time_minutes"] and data["time_limit"] > limits["max_time_minutes"]:
+            self.add_error(
+                "time_limit",
+                f"{limits['name']} allows at most {limits['max_time_minutes']} minutes.",
+            )
+        if data["gpus_per_node"] > limits["max_gpus_per_node"]:
+            self.add_error(
+                "gpus_per_node",
+                f"Nodes in {limits['name']} have at most {limits['max_gpus_per_node']} GPUs.",
+            )
+
+    def build_params(self, data, *, progress_token: str | None = None) -> JobParams:
+        from django.conf import settings
+
+        auto_resume = resolve_auto_resume(data["auto_resume"], data["nodes"], data["gpus_per_node"])
+        checkpoint_dir = data["checkpoint_dir"].strip() or None
+        if auto_resume and checkpoint_dir is None and data["auto_resume"] == "auto":
+            # Automatic resume needs somewhere to checkpoint; the researcher did not
+            # ask for it explicitly, so give it a place rather than an error.
+            checkpoint_dir = data["workdir"].rstrip("/") + "/checkpoints"
+        grace = self.limits[data["partition"]]["grace_s"] or DEFAULT_GRACE_S
+        # Slurm refuses a signal lead time as long as the job itself; short test
+        # jobs get half their time limit instead.
+        grace = min(grace, max(1, data["time_limit"] * 60 // 2))
+        mem = data["mem"].strip() or None
+        return JobParams(
+            job_name=data["job_name"],
+            partition=data["partition"],
+            account=data["account"].strip() or None,
+            nodes=data["nodes"],
+            gpus_per_node=data["gpus_per_node"],
+            gpu_flag=data["gpu_flag"],
+            cpus_per_task=data["cpus_per_task"],
+            mem=int(mem) if mem and mem.isdigit() else mem,
+            time_limit=data["time_limit"],
+            workdir=data["workdir"].strip(),
+            env_setup=tuple(line for line in data["env_setup"].splitlines() if line.strip()),
+            template=data["template"],
+            command=data["command"],
+            checkpoint_dir=checkpoint_dir,
+            auto_resume=auto_resume,
+            signal_grace_s=grace,
+            portal_url=settings.MEDBAY_PORTAL_URL if progress_token else None,
+            progress_token=progress_token,
+        )
+
+
+def resolve_auto_resume(choice: str, nodes: int, gpus_per_node: int) -> bool:
+    if choice == "auto":
+        return nodes > 1 and gpus_per_node > 0
+    return choice == "yes"
+
+
+FORM_FIELDS = tuple(JobForm.base_fields)
+
+
+def initial_from_params(params: dict) -> dict:
+    """Form data from stored parameters (a Job's or a template's)."""
+    initial = {name: params[name] for name in FORM_FIELDS if name in params}
+    if isinstance(initial.get("env_setup"), list | tuple):
+        initial["env_setup"] = "\n".join(initial["env_setup"])
+    if isinstance(initial.get("auto_resume"), bool):
+        initial["auto_resume"] = "yes" if initial["auto_resume"] else "no"
+    if initial.get("mem") is not None:
+        initial["mem"] = str(initial["mem"])
+    for name in ("account", "checkpoint_dir", "mem"):
+        if initial.get(name) is None:
+            initial.pop(name, None)
+    return initial
+
+
+def stored_params(params: JobParams) -> dict:
+    """JobParams as JSON for the Job row and templates, without the secret token."""
+    data = asdict(params)
+    data["env_setup"] = list(params.env_setup)
+    data.pop("progress_token", None)
+    data.pop("portal_url", None)
+    return data
+
+
+def form_data_from_json(payload: dict) -> dict:
+    """API JSON to form data: lists become lines, booleans become the choice values."""
+    data = {}
+    for name in FORM_FIELDS:
+        if name not in payload or payload[name] is None:
+            continue
+        value = payload[name]
+        if name == "env_setup" and isinstance(value, list):
+            value = "\n".join(str(line) for line in value)
+        elif name == "auto_resume" and isinstance(value, bool):
+            value = "yes" if value else "no"
+        data[name] = value
+    return data

@@ -1,0 +1,45 @@
+"""Which jobs a person may list, and the queue's filters."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+
+from jobs.accounts import can_view_job, unix_user_for
+from jobs.models import ACTIVE_JOB_STATES, Job, JobState
+from portal.roles import Role, has_role, is_admin
+
+QUEUE_LIMIT = 500
+
+
+def visible_jobs(user):
+    jobs = Job.objects.all()
+    if is_admin(user) or has_role(user, Role.MANAGER):
+        return jobs
+    if has_role(user, Role.RESEARCHER):
+        return jobs.filter(user=unix_user_for(user))
+    return jobs.none()
+
+
+def filter_jobs(jobs, params):
+    """state, partition and user filters; unknown states are ignored rather than an error."""
+    state = (params.get("state") or "").upper()
+    if state == "ACTIVE":
+        jobs = jobs.filter(state__in=ACTIVE_JOB_STATES)
+    elif state in JobState.values:
+        jobs = jobs.filter(state=state)
+    if params.get("partition"):
+        jobs = jobs.filter(partition=params["partition"])
+    if params.get("user"):
+        jobs = jobs.filter(user=params["user"])
+    return jobs
+
+
+def job_for(user, slurm_id: int) -> Job:
+    """The job with this Slurm id, or 404; 403 if it exists but is not theirs to see."""
+    job = Job.objects.filter(slurm_id=slurm_id).order_by("cluster_id").first()
+    if job is None:
+        raise Http404("No such job.")
+    if not can_view_job(user, job):
+        raise PermissionDenied("This is not your job.")
+    return job

@@ -1,0 +1,213 @@
+"""Submitting, resubmitting, cancelling and progress reports: the only code that mutates jobs.
+
+Each function checks permission first, calls Slurm outside any transaction (a slow
+controller must not hold database locks), then records the result with a history
+row and publishes the changed queue row after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from clusters.backends import registry
+from clusters.backends.base import BackendError, JobSubmission
+from clusters.models import Cluster
+from jobs.accounts import can_act_on_job, can_submit, unix_user_for
+from jobs.forms import stored_params
+from jobs.models import (
+    ACTIVE_JOB_STATES,
+    Job,
+    JobProgress,
+    JobState,
+    JobStateChange,
+    JobTemplate,
+    JobToken,
+)
+from jobs.models import hash_token as _hash
+from jobs.sbatch import JobParams, render_sbatch
+from portal import live
+
+logger = logging.getLogger(__name__)
+
+
+class SubmissionFailed(Exception):
+    """Slurm refused or could not take the job; `message` is safe to show the user."""
+
+    def __init__(self, message: str, *, permanent: bool = True):
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+class JobNotActive(Exception):
+    """The job has already ended, so it cannot be cancelled."""
+
+
+class TokenRefused(Exception):
+    """A progress token that is unknown, for another job, or for a job that has ended."""
+
+    def __init__(self, message: str, *, ended: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.ended = ended
+
+
+def current_cluster() -> Cluster:
+    cluster = Cluster.objects.order_by("pk").first()
+    if cluster is None:
+        cluster = Cluster.objects.create(name="default", backend=settings.MEDBAY_BACKEND)
+    return cluster
+
+
+def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
+    """Submit `params` as the user's Unix account (or `run_as`); returns the Job row."""
+    if not can_submit(user):
+        raise PermissionDenied("Your role cannot submit jobs.")
+    unix_user = run_as or unix_user_for(user)
+    raw_token = JobToken.new_raw()
+    params = replace(params, portal_url=settings.MEDBAY_PORTAL_URL, progress_token=raw_token)
+    script = render_sbatch(params)
+    submission = JobSubmission(script=script, user=unix_user, workdir=params.workdir)
+    try:
+        slurm_id = registry.get_backend().submit_job(submission)
+    except BackendError as error:
+        logger.warning("sbatch refused a job for %s: %s", unix_user, error.message)
+        raise SubmissionFailed(error.message, permanent=error.permanent) from error
+    return _record_submission(user, unix_user, slurm_id, params, script, raw_token)
+
+
+def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> Job:
+    now = timezone.now()
+    with transaction.atomic():
+        # The sync may already have created the row from squeue in the meantime;
+        # either way the script, parameters and submitter are ours to fill in.
+        job, created = Job.objects.get_or_create(
+            cluster=current_cluster(),
+            slurm_id=slurm_id,
+            defaults={
+                "name": params.job_name,
+                "user": unix_user,
+                "account": params.account or "",
+                "partition": params.partition,
+                "state": JobState.PENDING,
+                "node_count": params.nodes,
+                "gpus": params.nodes * params.gpus_per_node,
+                "submit_at": now,
+                "time_limit_minutes": params.time_limit,
+                "requeue": params.auto_resume,
+                "updated_at": now,
+            },
+        )
+        Job.objects.filter(pk=job.pk).update(
+            script=script, params=stored_params(params), submitted_by=user
+        )
+        job.script, job.params, job.submitted_by = script, stored_params(params), user
+        if created:
+            JobStateChange.objects.create(
+                job=job,
+                from_state="",
+                to_state=JobState.PENDING,
+                reason=f"submitted through Medbay as {unix_user}",
+                actor=user.get_username(),
+                at=now,
+            )
+        JobToken.store(job, raw_token)
+        new_ids = [job.pk] if created else []
+        transaction.on_commit(lambda: live.publish_jobs([job.pk], new_ids))
+    return job
+
+
+def resubmit_job(user, job: Job, params: JobParams) -> Job:
+    """A new job from (edited) parameters of `job`, run as the same Unix user."""
+    if not can_act_on_job(user, job):
+        raise PermissionDenied("You may only resubmit your own jobs.")
+    # An admin resubmitting a researcher's job runs it as that researcher, never as
+    # the admin: files and quotas stay the researcher's.
+    return submit_job(user, params, run_as=job.user or None)
+
+
+def cancel_job(user, job: Job) -> Job:
+    if not can_act_on_job(user, job):
+        raise PermissionDenied("You may only cancel your own jobs.")
+    if not job.is_active:
+        raise JobNotActive(f"Job {job.slurm_id} has already ended ({job.state}).")
+    try:
+        registry.get_backend().cancel_job(job.slurm_id)
+    except BackendError as error:
+        if error.permanent:
+            raise JobNotActive(error.message) from error
+        raise SubmissionFailed(error.message, permanent=False) from error
+    return _record_cancel(user, job)
+
+
+def _record_cancel(user, job: Job) -> Job:
+    now = timezone.now()
+    reason = f"cancelled by {user.get_username()}"
+    with transaction.atomic():
+        changed = Job.objects.filter(pk=job.pk, state__in=ACTIVE_JOB_STATES).update(
+            state=JobState.CANCELLED, reason=reason, end_at=now, updated_at=now
+        )
+        if changed:
+            JobStateChange.objects.create(
+                job=job,
+                from_state=job.state,
+                to_state=JobState.CANCELLED,
+                reason=reason,
+                actor=user.get_username(),
+                restart_count=job.restart_count,
+                at=now,
+            )
+            JobToken.objects.filter(job=job, revoked_at__isnull=True).update(revoked_at=now)
+        transaction.on_commit(lambda: live.publish_jobs([job.pk]))
+    job.refresh_from_db()
+    return job
+
+
+def token_for(raw: str, slurm_id: int) -> JobToken:
+    """The live token for job `slurm_id`; refuses (and revokes) it once the job has ended."""
+    token = (
+        JobToken.objects.select_related("job")
+        .filter(token_hash=_hash(raw), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None:
+        raise TokenRefused("Unknown or revoked job token.")
+    if token.job.slurm_id != slurm_id:
+        raise TokenRefused("This token belongs to another job.")
+    if not token.job.is_active:
+        JobToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+        raise TokenRefused("The job has ended; its token no longer works.", ended=True)
+    return token
+
+
+def record_progress(
+    token: JobToken, *, step: int, checkpoint_saved: bool, restart_count: int
+) -> JobProgress:
+    now = timezone.now()
+    JobToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return JobProgress.objects.create(
+        job=token.job,
+        step=step,
+        checkpoint_saved=checkpoint_saved,
+        restart_count=restart_count,
+        reported_at=now,
+    )
+
+
+def save_template(user, name: str, params: dict) -> JobTemplate:
+    """Save (or overwrite) the user's template called `name`."""
+    template, _ = JobTemplate.objects.update_or_create(
+        owner=user, name=name, defaults={"params": params, "updated_at": timezone.now()}
+    )
+    return template
+
+
+def delete_template(user, template_id: int) -> bool:
+    deleted, _ = JobTemplate.objects.filter(pk=template_id, owner=user).delete()
+    return bool(deleted)

@@ -1,0 +1,173 @@
+"""Job pages: queue, new-job form with live preview, detail, resubmit, cancel, templates."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from jobs import services
+from jobs.accounts import can_act_on_job, can_submit, can_view_script, default_account_for
+from jobs.forms import JobForm, initial_from_params, stored_params
+from jobs.models import JobState, JobTemplate
+from jobs.queries import QUEUE_LIMIT, filter_jobs, job_for, visible_jobs
+from jobs.sbatch import render_sbatch
+from jobs.timeline import build_timeline
+from portal.roles import ANY_ROLE, Role, role_required
+
+SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
+
+
+@role_required(*ANY_ROLE)
+def queue(request):
+    jobs = filter_jobs(visible_jobs(request.user), request.GET).order_by("-slurm_id")
+    partitions = visible_jobs(request.user).order_by().values_list("partition", flat=True)
+    context = {
+        "jobs": jobs[:QUEUE_LIMIT],
+        "params": request.GET,
+        "states": ["ACTIVE", *JobState.values],
+        "partitions": sorted(set(partitions)),
+        "can_submit": can_submit(request.user),
+    }
+    return render(request, "jobs/queue.html", context)
+
+
+@role_required(*SUBMITTERS)
+def new_job(request):
+    cluster = services.current_cluster()
+    if request.method != "POST":
+        form = JobForm(initial=_initial(request), cluster=cluster)
+        return _form_page(request, form, title="New job", action="/jobs/new")
+    form = JobForm(request.POST, cluster=cluster)
+    if "save_template" in request.POST:
+        return _save_template(request, form, "/jobs/new")
+    if "preview" in request.POST or not form.is_valid():
+        return _form_page(request, form, title="New job", action="/jobs/new")
+    return _submit(request, form, lambda params: services.submit_job(request.user, params))
+
+
+@role_required(*SUBMITTERS)
+@require_POST
+def preview(request):
+    form = JobForm(request.POST, cluster=services.current_cluster())
+    return render(request, "jobs/partials/preview.html", _preview_context(form))
+
+
+@role_required(*ANY_ROLE)
+def detail(request, slurm_id: int):
+    job = job_for(request.user, slurm_id)
+    context = {
+        "job": job,
+        "history": job.state_changes.order_by("at", "id"),
+        "progress": job.progress_reports.order_by("-reported_at", "-id")[:10],
+        "timeline": build_timeline(job),
+        "show_script": can_view_script(request.user, job),
+        "can_act": can_act_on_job(request.user, job),
+    }
+    return render(request, "jobs/detail.html", context)
+
+
+@role_required(*SUBMITTERS)
+def resubmit(request, slurm_id: int):
+    job = job_for(request.user, slurm_id)
+    if not can_act_on_job(request.user, job):
+        raise PermissionDenied("You may only resubmit your own jobs.")
+    action = f"/jobs/{job.slurm_id}/resubmit"
+    title = f"Resubmit job {job.slurm_id}"
+    cluster = services.current_cluster()
+    if request.method != "POST":
+        form = JobForm(initial=initial_from_params(job.params or _params_of(job)), cluster=cluster)
+        return _form_page(request, form, title=title, action=action)
+    form = JobForm(request.POST, cluster=cluster)
+    if "save_template" in request.POST:
+        return _save_template(request, form, action)
+    if "preview" in request.POST or not form.is_valid():
+        return _form_page(request, form, title=title, action=action)
+    return _submit(request, form, lambda params: services.resubmit_job(request.user, job, params))
+
+
+@role_required(*ANY_ROLE)
+@require_POST
+def cancel(request, slurm_id: int):
+    job = job_for(request.user, slurm_id)
+    try:
+        services.cancel_job(request.user, job)
+        messages.success(request, f"Job {job.slurm_id} cancelled.")
+    except services.JobNotActive as error:
+        messages.error(request, str(error))
+    except services.SubmissionFailed as error:
+        messages.error(request, f"Slurm did not cancel the job: {error.message}")
+    return redirect(f"/jobs/{job.slurm_id}/")
+
+
+@role_required(*SUBMITTERS)
+def template_list(request):
+    templates = JobTemplate.objects.filter(owner=request.user)
+    return render(request, "jobs/templates.html", {"templates": templates})
+
+
+@role_required(*SUBMITTERS)
+@require_POST
+def template_delete(request, template_id: int):
+    if services.delete_template(request.user, template_id):
+        messages.success(request, "Template deleted.")
+    else:
+        messages.error(request, "No such template of yours.")
+    return redirect("/jobs/templates/")
+
+
+def _initial(request) -> dict:
+    template_id = request.GET.get("template", "")
+    if template_id.isdigit():
+        template = get_object_or_404(JobTemplate, pk=int(template_id), owner=request.user)
+        return initial_from_params(template.params)
+    account = default_account_for(request.user)
+    return {"account": account} if account else {}
+
+
+def _params_of(job) -> dict:
+    """Best guess for jobs submitted outside Medbay: what Slurm told us about them."""
+    nodes = max(job.node_count, 1)
+    return {
+        "job_name": job.name,
+        "partition": job.partition,
+        "account": job.account or None,
+        "nodes": nodes,
+        "gpus_per_node": job.gpus // nodes,
+        "time_limit": job.time_limit_minutes or 60,
+    }
+
+
+def _form_page(request, form, *, title: str, action: str):
+    context = {"form": form, "title": title, "action": action, **_preview_context(form)}
+    return render(request, "jobs/new.html", context, status=400 if form.errors else 200)
+
+
+def _preview_context(form) -> dict:
+    if not form.is_bound or not form.is_valid():
+        return {"script": None, "preview_errors": form.errors if form.is_bound else {}}
+    return {"script": render_sbatch(form.params), "preview_errors": {}}
+
+
+def _submit(request, form, submit):
+    try:
+        job = submit(form.params)
+    except services.SubmissionFailed as error:
+        form.add_error(None, f"Slurm refused the job: {error.message}")
+        return _form_page(request, form, title="New job", action=request.path)
+    messages.success(request, f"Job {job.slurm_id} submitted as {job.user}.")
+    return redirect(f"/jobs/{job.slurm_id}/")
+
+
+def _save_template(request, form, action: str):
+    name = request.POST.get("template_name", "").strip()
+    if not name or len(name) > 64:
+        form.is_valid()
+        form.add_error(None, "Give the template a name of at most 64 characters.")
+        return _form_page(request, form, title="New job", action=action)
+    if not form.is_valid():
+        return _form_page(request, form, title="New job", action=action)
+    services.save_template(request.user, name, stored_params(form.params))
+    messages.success(request, f"Template {name!r} saved.")
+    return redirect("/jobs/templates/")
