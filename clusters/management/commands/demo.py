@@ -10,9 +10,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from clusters.backends import registry
 from clusters.backends.simulated import SimulatedCluster
+from clusters.history import generate_history
 from clusters.models import Cluster
 from clusters.simulation import SimulationLoop
 from portal.accounts import create_demo_users
+from portal.server import parse_addr as _parse_addr
+from portal.server import serve as _serve
 
 
 class Command(BaseCommand):
@@ -35,6 +38,12 @@ class Command(BaseCommand):
             help="multiplier on the Llama 3 field fault rate, so a demo shows faults",
         )
         parser.add_argument("--no-serve", action="store_true", help="seed and exit")
+        parser.add_argument(
+            "--history-days",
+            type=int,
+            default=0,
+            help="first write this many days of synthetic past for the reports",
+        )
 
     def handle(self, *args, **options):
         host, port = _parse_addr(options["addr"])
@@ -48,6 +57,9 @@ class Command(BaseCommand):
         registry.use(sim)
         loop = SimulationLoop(sim, cluster)
         loop.step(timedelta(minutes=30))
+        if options["history_days"] > 0:
+            stats = generate_history(cluster, options["history_days"], seed=options["seed"])
+            self.stdout.write(f"History: {stats}")
         users = create_demo_users()
         self._print_welcome(host, port, users)
         if options["no_serve"]:
@@ -75,33 +87,3 @@ def _build_simulator(options) -> SimulatedCluster:
     sim.fault_rate_per_gpu_day *= options["fault_boost"]
     sim.generate_workload()
     return sim
-
-
-def _parse_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise CommandError(f"--addr must look like 127.0.0.1:8000, got {addr!r}")
-    return host, int(port)
-
-
-def _serve(host: str, port: int) -> None:
-    from channels.routing import ProtocolTypeRouter
-    from daphne.endpoints import build_endpoint_description_strings
-    from daphne.server import Server
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-
-    from portal.asgi import application
-
-    # The demo serves its own static files; production puts a proxy in front.
-    app = ProtocolTypeRouter(
-        {
-            "http": ASGIStaticFilesHandler(application.application_mapping["http"]),
-            "websocket": application.application_mapping["websocket"],
-        }
-    )
-    Server(
-        application=app,
-        endpoints=build_endpoint_description_strings(host=host, port=port),
-        signal_handlers=True,
-        verbosity=1,
-    ).run()

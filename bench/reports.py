@@ -1,0 +1,138 @@
+"""Time to compute the managers' reports over months of history.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/medbay_bench_reports \\
+        python bench/reports.py [--days 90] [--nodes 1024] [--jobs 50000] [--runs 3] [--fresh]
+
+The history is written once by a child process (so its memory does not count)
+and reused while its size matches. Prints {"days", "nodes", "jobs",
+"<report>_ms" (median of the runs) for every report, "peak_rss_mb", "db"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from urllib.parse import urlsplit
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_reports"
+CLUSTER = "bench-reports"
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark's PostgreSQL database if it does not exist yet."""
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgres"):
+        return
+    import psycopg
+
+    name = parts.path.lstrip("/")
+    admin = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin, autocommit=True) as connection:
+        found = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if found.fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def generate(args) -> None:
+    from _setup import django_setup
+
+    django_setup()
+    from django.db import connection
+
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.history import FIRST_JOB_ID, generate_history
+    from clusters.models import Cluster
+    from clusters.sync import apply_snapshot
+    from jobs.models import Job
+
+    existing = Cluster.objects.filter(name=CLUSTER).first()
+    if existing and not args.fresh:
+        nodes = existing.nodes.count()
+        jobs = Job.objects.filter(cluster=existing, slurm_id__gte=FIRST_JOB_ID).count()
+        if nodes == args.nodes and jobs >= args.jobs * 0.9:
+            return
+    Cluster.objects.all().delete()
+    cluster = Cluster.objects.create(name=CLUSTER)
+    spare = max(1, args.nodes // 16)
+    sim = SimulatedCluster.standard(
+        train=args.nodes - 2 * spare, infer=spare, spare=spare, seed=args.seed, prefix="bench"
+    )
+    apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
+    started = time.perf_counter()
+    stats = generate_history(cluster, args.days, seed=args.seed, jobs=args.jobs)
+    print(f"generated {stats} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    # Fresh statistics, or the planner guesses a few thousand rows and sorts on disk.
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+
+
+def measure(args) -> dict:
+    from _setup import django_setup
+
+    django_setup()
+    from django.db import connection
+
+    from portal.reports.catalog import REPORTS, compute
+    from portal.reports.params import ReportForm
+
+    form = ReportForm({"end": _today(), "start": _days_ago(args.days - 1), "group_by": "day"})
+    assert form.is_valid(), form.errors
+    query = form.query()
+    from clusters.models import Node
+    from jobs.models import Job
+
+    figures = {"days": args.days, "nodes": Node.objects.count(), "jobs": Job.objects.count()}
+    for name in REPORTS:
+        timings = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            compute(name, query)
+            timings.append((time.perf_counter() - started) * 1000)
+        figures[f"{name}_ms"] = round(statistics.median(timings), 1)
+    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    figures["db"] = connection.vendor
+    return figures
+
+
+def _today() -> str:
+    from django.utils import timezone
+
+    return timezone.localdate().isoformat()
+
+
+def _days_ago(days: int) -> str:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return (timezone.localdate() - timedelta(days=days)).isoformat()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--days", type=int, default=90)
+    parser.add_argument("--nodes", type=int, default=1024)
+    parser.add_argument("--jobs", type=int, default=50_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fresh", action="store_true", help="rewrite the history")
+    parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
+    if args.generate_only:
+        generate(args)
+        return
+    ensure_database(os.environ["DATABASE_URL"])
+    child = [sys.executable, __file__, "--generate-only", *sys.argv[1:]]
+    subprocess.run(child, check=True)
+    print(json.dumps(measure(args)))
+
+
+if __name__ == "__main__":
+    main()

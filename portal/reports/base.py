@@ -1,0 +1,70 @@
+"""What every report returns: summary figures and tables (the charts are drawn from them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from portal.reports.params import ReportQuery
+
+NO_DATA = "No history in this range yet; the figures below are zero."
+
+# Node statuses in which a node's GPUs are out of service (not available to run work).
+OUT_OF_SERVICE = ("down", "fail", "drained", "replacing")
+# A node entering one of these counts as a fault when no agent reported one.
+FAULT_STATUSES = ("down", "fail")
+
+
+@dataclass
+class Table:
+    """Rows of plain values; the HTML table, the JSON and the CSV all print these."""
+
+    name: str
+    title: str
+    columns: list[tuple[str, str]]  # (key, heading)
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        return [key for key, _ in self.columns]
+
+    def as_lists(self) -> list[list]:
+        return [[row.get(key) for key in self.keys] for row in self.rows]
+
+
+@dataclass
+class Report:
+    """A computed report: headline figures, tables and an optional note for the reader."""
+
+    name: str
+    title: str
+    query: ReportQuery
+    summary: dict[str, float | int | str] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def table(self, name: str | None = None) -> Table:
+        """The named table, or the report's main (first) table."""
+        if not name:
+            return self.tables[0]
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
+
+
+def hours(seconds: float | None) -> float:
+    return round((seconds or 0.0) / 3600, 2)
+
+
+def minutes(seconds: float | None) -> float:
+    return round((seconds or 0.0) / 60, 1)
+
+
+def percent(part: float | None, whole: float | None) -> float:
+    return round(100 * (part or 0.0) / whole, 1) if whole else 0.0
+
+
+def sql_list(values) -> str:
+    """A SQL list literal of constant identifiers from code (never user input)."""
+    return "(" + ", ".join(f"'{value}'" for value in values) + ")"

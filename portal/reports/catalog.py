@@ -1,0 +1,23 @@
+"""The managers' reports by name: what the page tabs, the JSON API and the CSV export offer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from portal.reports import capacity, goodput, reliability
+from portal.reports.base import Report
+from portal.reports.params import ReportQuery
+
+REPORTS: dict[str, tuple[str, Callable[[ReportQuery], Report]]] = {
+    "utilization": ("Utilization", capacity.utilization),
+    "training_share": ("Training vs inference", capacity.training_share),
+    "availability": ("Availability", capacity.availability),
+    "reliability": ("Reliability", reliability.reliability),
+    "goodput": ("Goodput", goodput.goodput),
+    "remediation": ("Remediation", reliability.remediation),
+}
+
+
+def compute(name: str, query: ReportQuery) -> Report:
+    """Compute one report; `name` must be a key of REPORTS."""
+    return REPORTS[name][1](query)
