@@ -1,8 +1,9 @@
 """Runs the simulator against the database: what `manage.py demo` starts.
 
-Each step advances simulated time, keeps the workload topped up, records the
-GPU faults the simulator produced and reconciles the snapshot through the same
-`apply_snapshot` that the Slurm sync uses, so the board cannot tell the two
+Each step advances simulated time, keeps the workload topped up, reconciles
+the snapshot through the same `apply_snapshot` that the Slurm sync uses and
+reports the GPU faults the simulator produced through the health ingest, as a
+node agent would, so neither the board nor the event feed can tell the two
 apart.
 """
 
@@ -12,37 +13,59 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from django.db import close_old_connections, transaction
-from django.utils import timezone
+from django.db import close_old_connections
 
 from clusters.backends.simulated import SimFault, SimulatedCluster
-from clusters.models import Cluster, Gpu, GpuHealth
+from clusters.models import Cluster, Gpu, Node
 from clusters.sync import apply_snapshot
-from portal import live
+
+if TYPE_CHECKING:
+    from health.ingest import IngestResult
 
 logger = logging.getLogger(__name__)
 
 
-def record_gpu_fault(cluster: Cluster, fault: SimFault) -> None:
-    """Turn a simulated XID into GPU health, the way an agent report would."""
-    from health.xid import lookup
+def record_gpu_fault(cluster: Cluster, fault: SimFault) -> IngestResult | None:
+    """Report a simulated XID through the agent's parser and the real ingest path.
 
-    info = lookup(fault.xid)
-    health = GpuHealth.FAILED if info.severity == "critical" else GpuHealth.DEGRADED
-    reason = f"XID {fault.xid}: {info.name}"
-    with transaction.atomic():
-        gpus = Gpu.objects.filter(
-            node__cluster=cluster, node__name=fault.node, index=fault.gpu
-        ).select_related("node")
-        gpu = gpus.first()
-        if gpu is None:
-            return
-        Gpu.objects.filter(pk=gpu.pk).update(
-            health=health, health_reason=reason[:255], health_changed_at=timezone.now()
-        )
-        node_id = gpu.node_id
-        transaction.on_commit(lambda: live.publish_nodes([node_id]))
+    The fault becomes the kernel-log line a node would print, parsed by the agent's
+    own code, so the event feed, incidents and GPU health cannot tell it from a real
+    report. Validation runs against simulated time: the simulator's clock is not ours.
+    """
+    from health.agent.events import XidEventBuilder
+    from health.ingest import BatchInvalid, ingest, validate_batch
+    from health.parsers.kmsg import KmsgParser
+
+    node = Node.objects.filter(cluster=cluster, name=fault.node).first()
+    if node is None:
+        return None
+    pci = (
+        Gpu.objects.filter(node=node, index=fault.gpu).values_list("pci_bus_id", flat=True).first()
+    )
+    line = kernel_log_line(fault, pci or "")
+    events = XidEventBuilder(fault.node).build(KmsgParser().feed(line))
+    for event in events:
+        # Without a known bus id the line cannot name the GPU; the simulator can.
+        event["gpu_index"] = fault.gpu
+    try:
+        batch = validate_batch({"node": fault.node, "events": events}, now=fault.at)
+    except BatchInvalid:
+        logger.warning("Simulated fault %s was not a valid event; dropped", fault, exc_info=True)
+        return None
+    return ingest(node, batch.events)
+
+
+def kernel_log_line(fault: SimFault, pci: str) -> str:
+    """The `journalctl -k -o short-iso` line an NVIDIA driver would print for this fault."""
+    # A GPU without a known bus id still needs a syntactically valid address in the line.
+    address = pci or f"0000:{fault.gpu:02x}:00"
+    stamp = fault.at.isoformat(timespec="microseconds")
+    return (
+        f"{stamp} {fault.node} kernel: NVRM: Xid (PCI:{address}): {fault.xid}, "
+        f"pid='<unknown>', name=<unknown>, {fault.message}"
+    )
 
 
 @dataclass

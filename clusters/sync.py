@@ -10,13 +10,20 @@ nothing: an unreachable controller is recorded as an outage, never read as
 from __future__ import annotations
 
 import logging
+import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from typing import NamedTuple
 
-from django.db import transaction
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from clusters import drift
 from clusters.backends.base import BackendError, ClusterBackend, JobInfo, NodeInfo, PartitionInfo
 from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, Partition
 from clusters.status import POOL_FOR_PARTITION, board_status
@@ -30,7 +37,7 @@ NODE_FIELDS = (
     "flags",
     "status",
     "reason",
-    "pool",
+    "pool_id",
     "partition_names",
     "cpus",
     "memory_mb",
@@ -57,6 +64,8 @@ JOB_FIELDS = (
     "time_limit_minutes",
 )
 VANISHED_REASON = "no longer reported by Slurm (see sacct for the outcome)"
+# `JobState.values` builds a new list on every access; the sync asks once per job.
+KNOWN_JOB_STATES = frozenset(JobState.values)
 
 
 @dataclass
@@ -67,22 +76,44 @@ class SyncResult:
     nodes_changed: list[int] = field(default_factory=list)
     jobs_created: int = 0
     jobs_changed: list[int] = field(default_factory=list)
+    jobs_new: list[int] = field(default_factory=list)
     restarts: list[int] = field(default_factory=list)
     controller_up: bool = True
+    error: str = ""
+    partition_drift: dict = field(default_factory=dict)
+    reapplied: bool = False
+
+
+class Snapshot(NamedTuple):
+    """Everything one cycle reads from the backend."""
+
+    partitions: list[PartitionInfo]
+    nodes: list[NodeInfo]
+    jobs: list[JobInfo]
+
+
+def read_snapshot(backend: ClusterBackend) -> Snapshot:
+    return Snapshot(backend.partitions(), backend.nodes(), backend.jobs())
 
 
 def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm") -> SyncResult:
     """Read the backend and reconcile; an outage is recorded and nothing else."""
     try:
-        partitions = backend.partitions()
-        nodes = backend.nodes()
-        jobs = backend.jobs()
+        snapshot = read_snapshot(backend)
+        found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
+        reapplied = drift.reapply(cluster, backend, found)
+        if reapplied:
+            snapshot = read_snapshot(backend)
+            found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
     except BackendError as error:
         if error.permanent:
             raise
         record_outage(cluster, str(error))
-        return SyncResult(controller_up=False)
-    return apply_snapshot(cluster, partitions, nodes, jobs, actor=actor)
+        return SyncResult(controller_up=False, error=str(error))
+    result = apply_snapshot(cluster, *snapshot, actor=actor)
+    drift.save(cluster, found)
+    result.partition_drift, result.reapplied = found, reapplied
+    return result
 
 
 def record_outage(cluster: Cluster, message: str) -> None:
@@ -118,8 +149,9 @@ def apply_snapshot(
         )
         cluster.controller_up, cluster.controller_down_since = True, None
         changed_nodes, changed_jobs = list(result.nodes_changed), list(result.jobs_changed)
+        new_jobs = list(result.jobs_new)
         transaction.on_commit(lambda: live.publish_nodes(changed_nodes))
-        transaction.on_commit(lambda: live.publish_jobs(changed_jobs))
+        transaction.on_commit(lambda: live.publish_jobs(changed_jobs, new_jobs))
         if came_back:
             transaction.on_commit(lambda: live.publish_banner(cluster.pk))
     return result
@@ -182,6 +214,7 @@ def _pool_for(info: NodeInfo, pools: dict[str, NodePool]) -> NodePool | None:
 def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> dict[str, Node]:
     rows = {node.name: node for node in Node.objects.filter(cluster=cluster)}
     new_nodes, changed, history = [], [], []
+    changed_fields: set[str] = set()
     for info in infos:
         pool = _pool_for(info, pools)
         row = rows.get(info.name)
@@ -193,7 +226,8 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
                 info.state, info.flags, pool.kind if pool else None, remediation
             ),
             "reason": info.reason[:512],
-            "pool": pool,
+            # The id, not the object: comparing `row.pool` would load each node's pool.
+            "pool_id": pool.pk if pool else None,
             "partition_names": ",".join(info.partitions),
             "cpus": info.cpus,
             "memory_mb": info.memory_mb,
@@ -213,6 +247,7 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
             setattr(row, name, values[name])
         row.updated_at = now
         changed.append(row)
+        changed_fields.update(differs)
         if old_status != row.status:
             history.append(_node_change(row, old_status, actor, now))
     if new_nodes:
@@ -232,7 +267,10 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
         )
         result.nodes_created = len(created)
     if changed:
-        Node.objects.bulk_update(changed, [*NODE_FIELDS, "updated_at", "last_seen_at"])
+        # Only the columns that changed somewhere: bulk_update's cost grows with
+        # rows x columns, and a cycle usually touches a few columns of a few rows.
+        fields = [name for name in NODE_FIELDS if name in changed_fields]
+        Node.objects.bulk_update(changed, [*fields, "updated_at", "last_seen_at"])
     NodeStateChange.objects.bulk_create(history)
     _sync_node_partitions(rows, infos, partition_rows, [*new_nodes, *changed])
     result.nodes_changed = [row.pk for row in [*new_nodes, *changed]]
@@ -290,7 +328,7 @@ def _job_values(info: JobInfo) -> dict:
         "user": info.user,
         "account": info.account,
         "partition": info.partition,
-        "state": info.state if info.state in JobState.values else JobState.PENDING,
+        "state": info.state if info.state in KNOWN_JOB_STATES else JobState.PENDING,
         "reason": (info.reason or "")[:255],
         "node_names": list(info.nodes),
         "node_count": info.node_count,
@@ -308,45 +346,65 @@ def _job_values(info: JobInfo) -> dict:
 
 def _sync_jobs(cluster, infos, node_rows, actor, now, result) -> None:
     seen = {info.job_id: info for info in infos}
-    rows = {
-        job.slurm_id: job
-        for job in Job.objects.filter(cluster=cluster, state__in=ACTIVE_JOB_STATES)
-    }
-    rows.update(
-        (job.slurm_id, job) for job in Job.objects.filter(cluster=cluster, slurm_id__in=list(seen))
-    )
+    stored = _stored_jobs(cluster, list(seen))
     new_jobs, changed, history = [], [], []
+    changed_fields: set[str] = set()
     for job_id, info in seen.items():
         values = _job_values(info)
-        row = rows.get(job_id)
-        if row is None:
-            row = Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values)
-            new_jobs.append(row)
+        old = stored.get(job_id)
+        if old is None:
+            new_jobs.append(Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values))
             continue
-        if _apply_job_values(row, values, actor, now, history, result):
-            changed.append(row)
-    for job_id, row in rows.items():
-        if job_id not in seen and row.state in ACTIVE_JOB_STATES:
+        if old[1] == values:
+            continue
+        row = _job_row(cluster, job_id, old)
+        differs = _apply_job_values(row, values, actor, now, history, result)
+        changed.append(row)
+        changed_fields.update(differs)
+    for job_id, old in stored.items():
+        if job_id not in seen and old[1]["state"] in ACTIVE_JOB_STATES:
+            row = _job_row(cluster, job_id, old)
             history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
             row.state, row.reason, row.updated_at = JobState.COMPLETED, VANISHED_REASON, now
             row.end_at = row.end_at or now
             changed.append(row)
+            changed_fields.update(("state", "reason", "end_at"))
     if new_jobs:
         for row in Job.objects.bulk_create(new_jobs):
-            rows[row.slurm_id] = row
             history.append(_job_change(row, row.state, row.reason, actor, now, from_state=""))
         result.jobs_created = len(new_jobs)
     if changed:
-        Job.objects.bulk_update(changed, [*JOB_FIELDS, "updated_at"])
+        fields = [name for name in JOB_FIELDS if name in changed_fields]
+        Job.objects.bulk_update(changed, [*fields, "updated_at"])
     JobStateChange.objects.bulk_create(history)
-    _sync_job_nodes(rows, [*new_jobs, *changed], node_rows)
+    _sync_job_nodes([*new_jobs, *changed], node_rows)
     result.jobs_changed = [row.pk for row in [*new_jobs, *changed]]
+    result.jobs_new = [row.pk for row in new_jobs]
 
 
-def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> bool:
+def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, tuple[int, dict]]:
+    """slurm_id -> (pk, field values) of the jobs this snapshot may touch.
+
+    Plain values, not model instances: thousands of unchanged jobs are compared
+    every cycle, and only the few that changed become instances to write.
+    """
+    wanted = Q(state__in=ACTIVE_JOB_STATES) | Q(slurm_id__in=job_ids)
+    rows = Job.objects.filter(wanted, cluster=cluster).values_list("pk", "slurm_id", *JOB_FIELDS)
+    return {
+        slurm_id: (pk, dict(zip(JOB_FIELDS, values, strict=True))) for pk, slurm_id, *values in rows
+    }
+
+
+def _job_row(cluster: Cluster, job_id: int, stored: tuple[int, dict]) -> Job:
+    pk, values = stored
+    return Job(pk=pk, cluster=cluster, slurm_id=job_id, **values)
+
+
+def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> list[str]:
+    """Apply VALUES to ROW with its history; returns the names of the fields that changed."""
     differs = [name for name in JOB_FIELDS if getattr(row, name) != values[name]]
     if not differs:
-        return False
+        return differs
     old_state, old_restarts = row.state, row.restart_count
     for name in differs:
         setattr(row, name, values[name])
@@ -364,7 +422,7 @@ def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> bo
             )
     elif old_state != row.state:
         history.append(_job_change(row, row.state, row.reason, actor, now, from_state=old_state))
-    return True
+    return differs
 
 
 def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobStateChange:
@@ -379,7 +437,7 @@ def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobSta
     )
 
 
-def _sync_job_nodes(rows: dict[int, Job], touched: list[Job], node_rows: dict[str, Node]) -> None:
+def _sync_job_nodes(touched: list[Job], node_rows: dict[str, Node]) -> None:
     if not touched:
         return
     through = Job.nodes.through
@@ -392,3 +450,152 @@ def _sync_job_nodes(rows: dict[int, Job], touched: list[Job], node_rows: dict[st
         for name in row.node_names
         if name in node_rows
     )
+
+
+# ---------------------------------------------------------------- the polling loop
+
+DEFAULT_CLUSTER_NAME = "slurm"
+BACKOFF_FIRST_S = 2.0
+BACKOFF_MAX_S = 30.0
+CONFIG_VALUE = re.compile(r"^\s*(ClusterName|SLURM_VERSION)\s*=\s*(\S+)", re.MULTILINE)
+CONF_CLUSTER_NAME = re.compile(r"^\s*ClusterName\s*=\s*(\S+)", re.MULTILINE | re.IGNORECASE)
+VERSION_NUMBER = re.compile(r"\d+\.\d+(?:\.\d+)?")
+
+
+class SlurmIdentity(NamedTuple):
+    """The cluster's name and the installed Slurm version ("" when unknown)."""
+
+    name: str
+    version: str
+
+
+def slurm_identity(backend: ClusterBackend) -> SlurmIdentity:
+    """Name and version from `scontrol show config`; while the controller is
+    down, from slurm.conf and `sinfo --version`, which need no controller."""
+    run = getattr(backend, "run", None)
+    if run is None:
+        return SlurmIdentity(DEFAULT_CLUSTER_NAME, "")
+    try:
+        values = dict(CONFIG_VALUE.findall(run(["scontrol", "show", "config"])))
+    except BackendError:
+        values = {}
+    name = values.get("ClusterName") or _conf_cluster_name(backend) or DEFAULT_CLUSTER_NAME
+    return SlurmIdentity(name, values.get("SLURM_VERSION") or _installed_version(run))
+
+
+def _conf_cluster_name(backend: ClusterBackend) -> str:
+    path = Path(getattr(backend, "slurm_conf", "") or "/etc/slurm/slurm.conf")
+    try:
+        match = CONF_CLUSTER_NAME.search(path.read_text())
+    except OSError:
+        return ""
+    return match.group(1) if match else ""
+
+
+def _installed_version(run) -> str:
+    try:
+        match = VERSION_NUMBER.search(run(["sinfo", "--version"]))
+    except BackendError:
+        return ""
+    return match.group(0) if match else ""
+
+
+def ensure_cluster(backend: ClusterBackend, name: str | None = None) -> Cluster:
+    """The Cluster row for this backend, created on first use, with its Slurm version."""
+    identity = slurm_identity(backend)
+    cluster, _ = Cluster.objects.get_or_create(
+        name=name or identity.name, defaults={"backend": backend.name}
+    )
+    updates = {"backend": backend.name}
+    if identity.version:
+        updates["slurm_version"] = identity.version
+    if any(getattr(cluster, key) != value for key, value in updates.items()):
+        Cluster.objects.filter(pk=cluster.pk).update(**updates)
+        for key, value in updates.items():
+            setattr(cluster, key, value)
+    return cluster
+
+
+def backoff_delay(failures: int) -> float:
+    """2, 4, 8, 16, 30, 30 ... seconds after 1, 2, 3 ... failed cycles in a row."""
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** max(failures - 1, 0))
+
+
+class SyncLoop:
+    """Polls the backend and reconciles, backing off while Slurm is unreachable.
+
+    An outage only delays the next poll: sync_once records it and changes no
+    node or job, so a controller restart can never read as "every node is gone".
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        backend: ClusterBackend,
+        *,
+        interval_s: float | None = None,
+        actor: str = "slurm",
+    ) -> None:
+        self.cluster = cluster
+        self.backend = backend
+        self.interval_s = settings.MEDBAY_SYNC_INTERVAL_S if interval_s is None else interval_s
+        self.actor = actor
+        self.failures = 0
+        self._stop = threading.Event()
+
+    def cycle(self) -> float:
+        """One reconciliation; returns how many seconds to wait before the next."""
+        try:
+            result = sync_once(self.cluster, self.backend, actor=self.actor)
+        except BackendError as error:
+            # Slurm refused a read (bad output, a killed command): say what, no traceback.
+            logger.error("Sync of cluster %s failed: %s", self.cluster.name, error)
+            result = SyncResult(controller_up=False)
+        except Exception:  # a database hiccup must not end the loop either
+            logger.exception("Sync of cluster %s failed", self.cluster.name)
+            result = SyncResult(controller_up=False)
+        if not result.controller_up:
+            self.failures += 1
+            delay = backoff_delay(self.failures)
+            if result.error:
+                logger.warning(
+                    "Slurm controller of %s unreachable (%s); retrying in %gs",
+                    self.cluster.name,
+                    result.error,
+                    delay,
+                )
+            return delay
+        if self.failures:
+            logger.info("Slurm controller of %s answers again", self.cluster.name)
+        self.failures = 0
+        self._log(result)
+        return self.interval_s
+
+    def _log(self, result: SyncResult) -> None:
+        if result.restarts:
+            logger.info("Requeued jobs on %s: %s", self.cluster.name, result.restarts)
+        logger.debug(
+            "Synced %s: %d nodes and %d jobs new, %d nodes and %d jobs changed",
+            self.cluster.name,
+            result.nodes_created,
+            result.jobs_created,
+            len(result.nodes_changed),
+            len(result.jobs_changed),
+        )
+
+    def run_forever(self) -> None:
+        delay = 0.0
+        while not self._stop.wait(delay):
+            try:
+                delay = self.cycle()
+            finally:
+                # A long-lived thread must drop connections the database closed.
+                close_old_connections()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run_forever, name="slurm-sync", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -7,9 +7,10 @@ from django.shortcuts import get_object_or_404, render
 
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
+from clusters.remediation.actions import action_menu
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
-from portal.roles import ANY_ROLE, role_required
+from portal.roles import ANY_ROLE, is_admin, role_required
 
 
 @role_required(*ANY_ROLE)
@@ -42,6 +43,8 @@ def node_detail(request, name: str):
         "jobs": node.jobs.filter(state__in=ACTIVE_JOB_STATES).order_by("-slurm_id"),
         "changes": node.state_changes.all()[:50],
         "health_events": recent_events_for_node(node),
+        "runs": node.remediations.select_related("requested_by")[:20],
+        "node_actions": action_menu(node) if is_admin(request.user) else [],
     }
     return render(request, "clusters/node_detail.html", context)
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -39,6 +39,10 @@ INCIDENT_SILENCE = timedelta(minutes=3)
 PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
 EVENT_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+# Rows of one batch pushed to open event feeds: a catch-up batch of hundreds would cost
+# a render each and swamp browsers with rows they cannot show; the newest matter.
+LIVE_ROWS_PER_BATCH = 25
+RECEIVED_COLUMNS = ("node", "event_id", "received_at")
 
 # Called with the new or grown incidents after commit (the remediation engine).
 incident_listeners: list[Callable[[list[int]], None]] = []
@@ -187,19 +191,11 @@ def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> In
     now = now or timezone.now()
     result = IngestResult()
     with transaction.atomic():
-        ids = [event["id"] for event in events]
-        known = set(
-            ReceivedEventId.objects.filter(node=node, event_id__in=ids).values_list(
-                "event_id", flat=True
-            )
-        )
-        fresh = sorted((e for e in events if e["id"] not in known), key=lambda e: e["observed_at"])
+        claimed = _claim_event_ids(node, [event["id"] for event in events], now)
+        fresh = sorted((e for e in events if e["id"] in claimed), key=lambda e: e["observed_at"])
         result.duplicates = len(events) - len(fresh)
         if not fresh:
             return result
-        ReceivedEventId.objects.bulk_create(
-            ReceivedEventId(node=node, event_id=e["id"], received_at=now) for e in fresh
-        )
         gpu_by_pci = dict(
             Gpu.objects.filter(node=node).exclude(pci_bus_id="").values_list("pci_bus_id", "index")
         )
@@ -208,12 +204,36 @@ def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> In
                 event["gpu_index"] = gpu_by_pci.get(event["pci"])
         rows, folded = _fold(node, fresh, now)
         incidents = _group_into_incidents(node, rows)
+        _save_rows(rows)
         result.accepted, result.folded = len(fresh), folded
         result.event_ids = [row.pk for row in rows]
         result.incident_ids = sorted({incident.pk for incident in incidents})
         changed_gpus = _update_gpu_health(node, fresh, now)
-        _publish_after_commit(node, result, changed_gpus)
+        _publish_after_commit(node, rows, result, changed_gpus)
     return result
+
+
+def _claim_event_ids(node: Node, ids: list[str], now: datetime) -> set[str]:
+    """Record the batch's event ids and return the ones never received before.
+
+    One `INSERT ... ON CONFLICT DO NOTHING RETURNING` (PostgreSQL, SQLite >= 3.35) instead
+    of a check then an insert: an agent that retries after a timeout while its first
+    request still runs would let both pass the check, and the second then fail on the
+    unique constraint. Here the second waits for the first to commit and claims nothing.
+    """
+    meta = ReceivedEventId._meta
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(meta.get_field(name).column) for name in RECEIVED_COLUMNS)
+    stamp = meta.get_field("received_at").get_db_prep_value(now, connection)
+    values = ", ".join(["(%s, %s, %s)"] * len(ids))
+    # Only quoted names from the model's meta are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {values}"  # noqa: S608
+        f" ON CONFLICT DO NOTHING RETURNING {quote(meta.get_field('event_id').column)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [value for event_id in ids for value in (node.pk, event_id, stamp)])
+        return {event_id for (event_id,) in cursor.fetchall()}
 
 
 def _severity(event: dict) -> str:
@@ -241,7 +261,11 @@ def _fold_key(node: Node, event: dict) -> str:
 
 
 def _fold(node: Node, events: list[dict], now: datetime) -> tuple[list[HealthEvent], int]:
-    """Fold identical repeats; each returned row carries `batch_count`, its share of this batch."""
+    """Fold identical repeats; each returned row carries `batch_count`, its share of this batch.
+
+    Nothing is written yet: rows get their incident first, so that new rows are inserted
+    once, complete, instead of inserted and then updated row by row.
+    """
     keys = {id(event): _fold_key(node, event) for event in events}
     earliest = events[0]["observed_at"] - FOLD_WINDOW
     open_rows = {
@@ -266,9 +290,13 @@ def _fold(node: Node, events: list[dict], now: datetime) -> tuple[list[HealthEve
         row.batch_count = 1
         open_rows[key] = row
         new_rows.append(row)
-    HealthEvent.objects.bulk_create(new_rows)
-    HealthEvent.objects.bulk_update(list(grown.values()), ["count", "last_observed_at"])
     return [*new_rows, *grown.values()], folded
+
+
+def _save_rows(rows: list[HealthEvent]) -> None:
+    grown = [row for row in rows if row.pk is not None]
+    HealthEvent.objects.bulk_create([row for row in rows if row.pk is None])
+    HealthEvent.objects.bulk_update(grown, ["count", "last_observed_at", "incident"])
 
 
 def _new_row(node: Node, event: dict, key: str, now: datetime) -> HealthEvent:
@@ -307,6 +335,7 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]
         )
     }
     touched: dict[int, Incident] = {}
+    headline: dict[int, HealthEvent] = {}
     for row in sorted(relevant, key=lambda r: r.observed_at):
         incident = open_incidents.get(row.gpu_index)
         if incident is None or row.observed_at - incident.last_event_at > INCIDENT_SILENCE:
@@ -317,23 +346,27 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]
             incident.save()
             open_incidents[row.gpu_index] = incident
         _grow_incident(incident, row)
+        if row.severity == incident.severity:
+            headline[incident.pk] = row
         touched[incident.pk] = incident
         row.incident = incident
+    # The summary names the latest event at the incident's worst severity; titles are
+    # looked up once per incident, not once per event of a large batch.
+    for pk, row in headline.items():
+        touched[pk].summary = row.title[:255]
     Incident.objects.bulk_update(
         list(touched.values()), ["last_event_at", "severity", "xids", "event_count", "summary"]
     )
-    HealthEvent.objects.bulk_update(relevant, ["incident"])
     return list(touched.values())
 
 
 def _grow_incident(incident: Incident, row: HealthEvent) -> None:
     incident.last_event_at = max(incident.last_event_at, row.last_observed_at)
     incident.event_count += row.batch_count
-    if SEVERITY_RANK[Severity(row.severity)] > SEVERITY_RANK[Severity(incident.severity)]:
+    if SEVERITY_RANK[row.severity] > SEVERITY_RANK[incident.severity]:
         incident.severity = row.severity
     if row.xid is not None and row.xid not in incident.xids:
         incident.xids = [*incident.xids, row.xid]
-    incident.summary = row.title[:255] if row.severity == incident.severity else incident.summary
 
 
 def _update_gpu_health(node: Node, events: list[dict], now: datetime) -> bool:
@@ -356,6 +389,10 @@ def _update_gpu_health(node: Node, events: list[dict], now: datetime) -> bool:
         health, reason = verdicts[gpu.index]
         if gpu.health == GpuHealth.FAILED and health == GpuHealth.DEGRADED:
             continue
+        # A GPU that keeps reporting the same fault has not changed: its time stays, and
+        # the board is not re-sent to every browser for each repeat.
+        if (gpu.health, gpu.health_reason) == (health, reason[:255]):
+            continue
         gpu.health, gpu.health_reason, gpu.health_changed_at = health, reason[:255], now
         changed.append(gpu)
     Gpu.objects.bulk_update(changed, ["health", "health_reason", "health_changed_at"])
@@ -369,8 +406,14 @@ def _health_reason(event: dict) -> str:
     return f"{event['check']}: {event['message']}"
 
 
-def _publish_after_commit(node: Node, result: IngestResult, gpus_changed: bool) -> None:
-    event_ids, incident_ids, node_id = list(result.event_ids), list(result.incident_ids), node.pk
+def _publish_after_commit(
+    node: Node, rows: list[HealthEvent], result: IngestResult, gpus_changed: bool
+) -> None:
+    # Only the newest rows go to open feeds (see health.views.LIVE_ROWS_PER_BATCH); picking
+    # them here spares the publisher a query over every row of a large batch.
+    newest = sorted(rows, key=lambda row: (row.last_observed_at, row.pk))
+    event_ids = [row.pk for row in newest[-LIVE_ROWS_PER_BATCH:]]
+    incident_ids, node_id = list(result.incident_ids), node.pk
 
     def publish() -> None:
         from health.views import publish_events

@@ -51,13 +51,16 @@ def publish_events(event_ids: list[int]) -> None:
     """New or grown events go to the top of every open feed."""
     if not event_ids:
         return
-    events = HealthEvent.objects.filter(pk__in=event_ids).select_related("node")
-    rows = "".join(
-        render_to_string("health/partials/event_row.html", {"event": event})
-        for event in events.order_by("last_observed_at", "id")
+    events = list(
+        HealthEvent.objects.filter(pk__in=event_ids)
+        .select_related("node")
+        .order_by("-last_observed_at", "-id")[:FEED_LIMIT]
     )
+    if not events:
+        return
+    rows = render_to_string("health/partials/event_rows.html", {"events": events[::-1]})
     # A grown (folded) event moves to the top: delete its old row, then prepend.
-    deletes = "".join(f'<tr id="event-{pk}" hx-swap-oob="delete"></tr>' for pk in event_ids)
+    deletes = "".join(f'<tr id="event-{event.pk}" hx-swap-oob="delete"></tr>' for event in events)
     live.send_html(
         live.EVENTS_GROUP,
         f'{deletes}<tbody id="event-rows" hx-swap-oob="afterbegin">{rows}</tbody>',

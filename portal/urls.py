@@ -7,6 +7,8 @@ from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
+from portal.metrics import metrics_view
+from portal.views_auth import RateLimitedLoginView
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -23,9 +25,10 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", RateLimitedLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),
     path("", include("jobs.urls")),

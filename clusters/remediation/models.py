@@ -115,7 +115,7 @@ class Remediation(models.Model):
             # At most one active run per node, enforced by the database itself.
             models.UniqueConstraint(
                 fields=["node"],
-                condition=Q(status__in=[str(s) for s in ACTIVE]),
+                condition=Q(status__in=sorted(str(s) for s in ACTIVE)),
                 name="one_active_remediation_per_node",
             )
         ]
@@ -152,6 +152,25 @@ class RemediationStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.remediation_id}#{self.index} {self.name}: {self.outcome}"
+
+
+class RemediationStatusChange(models.Model):
+    """Append-only history of a run's status: from, to, why, who, when."""
+
+    remediation = models.ForeignKey(
+        Remediation, on_delete=models.CASCADE, related_name="status_changes"
+    )
+    from_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    to_status = models.CharField(max_length=20, choices=RunStatus.choices)
+    message = models.CharField(max_length=500, blank=True)
+    actor = models.CharField(max_length=128, default="engine")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["remediation_id", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.remediation_id}: {self.from_status} -> {self.to_status}"
 
 
 class BreakerTrip(models.Model):

@@ -1,1 +1,15 @@
-urlpatterns: list = []
+from django.urls import path
+
+from clusters.remediation import views
+
+urlpatterns = [
+    path("remediation/", views.run_list, name="remediation-list"),
+    path("remediation/approvals/", views.approvals, name="remediation-approvals"),
+    path("remediation/policies/", views.policy_list, name="remediation-policies"),
+    path("remediation/policies/new/", views.policy_edit, name="remediation-policy-new"),
+    path("remediation/policies/<int:pk>/", views.policy_edit, name="remediation-policy-edit"),
+    path("remediation/replay/", views.replay, name="remediation-replay"),
+    path("remediation/<int:pk>/", views.run_detail, name="remediation-detail"),
+    path("remediation/<int:pk>/<str:verdict>/", views.decide, name="remediation-decide"),
+    path("nodes/<str:name>/actions/<str:action>/", views.node_action, name="node-action"),
+]

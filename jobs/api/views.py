@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import services
-from jobs.accounts import can_act_on_job
+from jobs.accounts import can_act_on_job, can_submit
 from jobs.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
@@ -94,6 +94,9 @@ class JobListView(ListAPIView):
 
     @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer})
     def post(self, request):
+        # Refuse before validating: a role that may not submit learns nothing of the form.
+        if not can_submit(request.user):
+            raise DjangoPermissionDenied("Your role cannot submit jobs.")
         form = bind_form(request.data)
         try:
             job = services.submit_job(request.user, form.params)

@@ -1,0 +1,249 @@
+"""Time of one Slurm -> database reconciliation cycle on a large cluster.
+
+    python bench/sync.py [--slurm-version 22.05|24.11] [--nodes 1024] [--jobs 5000] [--cycles 15]
+
+The snapshot is built from real Slurm output: one node record and one job record
+from tests/fixtures/slurm/<version>/ are cloned with new names, ids and states,
+serialised as Slurm prints them and parsed with the production parsers on every
+cycle. Each cycle changes 2 % of the nodes (drain or resume) and 5 % of the jobs
+(start, finish or requeue), then times `sync_once` (parse, drift check, diff,
+writes, live publish) on PostgreSQL by default.
+
+Prints {"nodes", "jobs", "cycle_ms_p50", "cycle_ms_p95", "cycle_cpu_ms_p50",
+"parse_cpu_ms_p50" (the share of the cycle spent parsing Slurm's output),
+"queries_per_cycle", "queries_constant", "slurm_version", "db"}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+from _setup import ROOT, percentile
+
+BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_sync"
+FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
+NODE_SOURCES = {"22.05": ("sinfo.json", "nodes"), "24.11": ("scontrol_show_node.json", "nodes")}
+JOB_SOURCES = {"22.05": ("squeue.json", "jobs"), "24.11": ("scontrol_show_job.json", "jobs")}
+PARTITION_TEMPLATE = "scontrol_show_partition.txt"
+
+
+def ensure_database(url: str) -> None:
+    """Create the benchmark's PostgreSQL database when it does not exist yet."""
+    import psycopg
+    from psycopg import sql
+
+    name = url.rsplit("/", 1)[1]
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        exists = connection.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+        ).fetchone()
+        if not exists:
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+class SyntheticSlurm:
+    """Slurm's JSON for a big cluster, cloned from one real node and one real job."""
+
+    def __init__(self, version: str, nodes: int, jobs: int, seed: int = 1) -> None:
+        self.version = version
+        self.rng = random.Random(seed)
+        folder = FIXTURES / version
+        node_file, node_key = NODE_SOURCES[version]
+        job_file, job_key = JOB_SOURCES[version]
+        node_template = json.loads((folder / node_file).read_text())[node_key][0]
+        job_document = json.loads((folder / job_file).read_text())
+        job_template = next(job for job in job_document[job_key] if job["job_id"] == 3)
+        self.names = [f"bench-{number:04d}" for number in range(1, nodes + 1)]
+        spare = max(1, nodes // 32)
+        self.layout = {
+            "train": self.names[: nodes - 2 * spare],
+            "spare": self.names[nodes - 2 * spare : nodes - spare],
+            "infer": self.names[nodes - spare :],
+        }
+        self.partition_text = self._partitions_text(folder)
+        self.node_records = [self._node(node_template, name) for name in self.names]
+        self.job_records = [self._job(job_template, 10_000 + index) for index in range(jobs)]
+        self.free = list(self.layout["train"])
+        for job in self.job_records:
+            if self.rng.random() < 0.3 and self.free:
+                self._start(job)
+        self.print_json()
+
+    # ---------------------------------------------------------------- records
+
+    def _partitions_text(self, folder: Path) -> str:
+        template = (folder / PARTITION_TEMPLATE).read_text().strip().split("\n\n")[0]
+        records = []
+        for index, (name, members) in enumerate(self.layout.items()):
+            record = template.replace(template.split()[0], f"PartitionName={name}", 1)
+            record = _replace_field(record, "Nodes", ",".join(members))
+            record = _replace_field(record, "Default", "YES" if index == 0 else "NO")
+            records.append(record)
+        return "\n\n".join(records) + "\n"
+
+    def _partition_of(self, name: str) -> str:
+        return next(part for part, members in self.layout.items() if name in members)
+
+    def _node(self, template: dict, name: str) -> dict:
+        record = copy.deepcopy(template)
+        record["name"] = name
+        record["partitions"] = [self._partition_of(name)]
+        self._set_node_state(record, "IDLE", drain=False)
+        return record
+
+    def _set_node_state(self, record: dict, state: str, *, drain: bool) -> None:
+        record["reason"] = "medbay-bench: XID 79 GPU 3 fallen off the bus" if drain else ""
+        if self.version == "22.05":
+            record["state"] = state.lower()
+            record["state_flags"] = ["DRAIN"] if drain else []
+        else:
+            record["state"] = [state, "DRAIN"] if drain else [state]
+
+    def _job(self, template: dict, job_id: int) -> dict:
+        record = copy.deepcopy(template)
+        record["job_id"] = job_id
+        record["name"] = f"train-{job_id}"
+        record["restart_cnt"] = 0
+        self._set_job_state(record, "PENDING", nodes=[])
+        return record
+
+    def _set_job_state(self, record: dict, state: str, *, nodes: list[str]) -> None:
+        record["job_state"] = state if self.version == "22.05" else [state]
+        record["nodes"] = ",".join(nodes)
+        record["gres_detail"] = ["gpu:h100:8(IDX:0-7)"] * len(nodes)
+        count = len(nodes) or 1
+        record["node_count"] = (
+            count if self.version == "22.05" else {"set": True, "infinite": False, "number": count}
+        )
+
+    # ---------------------------------------------------------------- changes
+
+    def _start(self, job: dict) -> None:
+        node = self.free.pop(self.rng.randrange(len(self.free)))
+        self._set_job_state(job, "RUNNING", nodes=[node])
+
+    def _finish(self, job: dict, *, requeue: bool) -> None:
+        self.free.extend(name for name in job["nodes"].split(",") if name)
+        if requeue:
+            job["restart_cnt"] += 1
+            self._set_job_state(job, "PENDING", nodes=[])
+        else:
+            self._set_job_state(job, "COMPLETED", nodes=[])
+
+    def print_json(self) -> None:
+        """What `sinfo --json` and `squeue --json` would print now; parsing it is timed."""
+        self.node_text = json.dumps({"nodes": self.node_records})
+        self.job_text = json.dumps({"jobs": self.job_records})
+
+    def change(self, node_fraction: float = 0.02, job_fraction: float = 0.05) -> None:
+        for record in self.rng.sample(
+            self.node_records, round(len(self.node_records) * node_fraction)
+        ):
+            drained = bool(record["reason"])
+            self._set_node_state(record, "IDLE", drain=not drained)
+        for job in self.rng.sample(self.job_records, round(len(self.job_records) * job_fraction)):
+            state = job["job_state"] if self.version == "22.05" else job["job_state"][0]
+            if state == "RUNNING":
+                self._finish(job, requeue=self.rng.random() < 0.5)
+            elif self.free:
+                self._start(job)
+        self.print_json()
+
+    # ---------------------------------------------------------------- the backend
+
+    name = "slurm"
+
+    def partitions(self):
+        from clusters.backends.slurm_parsers import parse_scontrol_partitions
+
+        return parse_scontrol_partitions(self.partition_text)
+
+    def nodes(self):
+        from clusters.backends.slurm_parsers import parse_nodes_json
+
+        return parse_nodes_json(json.loads(self.node_text))
+
+    def jobs(self):
+        from clusters.backends.slurm_parsers import parse_jobs_json
+
+        return parse_jobs_json(json.loads(self.job_text))
+
+    def configured_partitions(self) -> dict[str, tuple[str, ...]]:
+        return {name: tuple(members) for name, members in self.layout.items()}
+
+
+def _replace_field(record: str, key: str, value: str) -> str:
+    words = record.replace("\n", " \n ").split(" ")
+    return " ".join(
+        f"{key}={value}" if word.startswith(f"{key}=") else word for word in words
+    ).replace(" \n ", "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--slurm-version", choices=sorted(NODE_SOURCES), default="22.05")
+    parser.add_argument("--nodes", type=int, default=1024)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--cycles", type=int, default=15)
+    args = parser.parse_args()
+    if "DATABASE_URL" not in os.environ:
+        os.environ["DATABASE_URL"] = BENCH_DATABASE_URL
+    if os.environ["DATABASE_URL"].startswith("postgres"):
+        ensure_database(os.environ["DATABASE_URL"])
+
+    from _setup import django_setup
+
+    django_setup()
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from clusters.models import Cluster
+    from clusters.sync import sync_once
+
+    slurm = SyntheticSlurm(args.slurm_version, args.nodes, args.jobs)
+    Cluster.objects.filter(name="bench-sync").delete()
+    cluster = Cluster.objects.create(name="bench-sync", backend="slurm")
+    sync_once(cluster, slurm)  # the first cycle creates every row; not what is measured
+    timings, cpu, parse, queries = [], [], [], []
+    for _ in range(args.cycles):
+        slurm.change()
+        with CaptureQueriesContext(connection) as captured:
+            started, started_cpu = time.perf_counter(), time.process_time()
+            result = sync_once(cluster, slurm)
+            timings.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
+        assert result.controller_up and result.jobs_changed
+        queries.append(len(captured))
+        started = time.process_time()
+        slurm.nodes(), slurm.jobs(), slurm.partitions()
+        parse.append((time.process_time() - started) * 1000)
+    Cluster.objects.filter(pk=cluster.pk).delete()
+    print(
+        json.dumps(
+            {
+                "nodes": args.nodes,
+                "jobs": args.jobs,
+                "cycle_ms_p50": round(percentile(timings, 50), 1),
+                "cycle_ms_p95": round(percentile(timings, 95), 1),
+                # CPU time of this process: what the cycle costs on a machine shared
+                # with other work, where wall time also counts waiting for a core.
+                "cycle_cpu_ms_p50": round(percentile(cpu, 50), 1),
+                "parse_cpu_ms_p50": round(percentile(parse, 50), 1),
+                "queries_per_cycle": max(queries),
+                "queries_constant": len(set(queries)) == 1,
+                "slurm_version": args.slurm_version,
+                "db": connection.vendor,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

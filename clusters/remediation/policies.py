@@ -1,0 +1,275 @@
+"""What the engine does about a fault: the catalogue's rung, unless a Policy row says otherwise.
+
+`on_incidents` is the trigger: health ingestion calls it after commit with the
+incidents a batch opened or grew, and it creates at most one run per incident
+and per node, behind the circuit breaker. `replay` runs the same decisions
+over past incidents without touching anything.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from django.db import transaction
+
+from clusters.models import Cluster
+from clusters.remediation import safety
+from clusters.remediation.models import Action, Mode, Policy, Remediation, Trigger
+from clusters.remediation.services import NodeBusy, create_run
+from clusters.remediation.transitions import ACTIVE
+from health import xid as catalogue
+from health.models import CheckStatus, EventKind, HealthEvent, Incident
+
+logger = logging.getLogger(__name__)
+
+RUNG_ACTIONS: dict[catalogue.Rung, str | None] = {
+    catalogue.Rung.IGNORE: None,
+    catalogue.Rung.NOTIFY: Action.NOTIFY,
+    catalogue.Rung.RESTART_APP: Action.RESTART_APP,
+    catalogue.Rung.RESET_GPU: Action.RESET_GPU,
+    catalogue.Rung.REBOOT: Action.REBOOT,
+    catalogue.Rung.REPLACE: Action.REPLACE,
+}
+# Mildest first: when an incident holds several XIDs the most drastic action wins.
+ACTION_RANK = (
+    None,
+    Action.NOTIFY,
+    Action.RESTART_APP,
+    Action.RESET_GPU,
+    Action.REBOOT,
+    Action.REPLACE,
+)
+# The catalogue says "restart the node" for XID 79, but the product's automatic
+# recovery plan replaces a node whose GPU fell off the bus, without waiting for
+# an admin: the GPU rarely comes back healthy and the job should not wait on it.
+PRODUCT_DEFAULTS: dict[int, tuple[str, str]] = {79: (Action.REPLACE, Mode.AUTOMATIC)}
+# Without a policy row, anything that interrupts jobs waits for an admin.
+HARMLESS = (None, Action.NOTIFY)
+REPEAT_WINDOW = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the policies say about one incident, and (when acted on) what happened."""
+
+    node: str
+    incident_id: int | None
+    at: datetime | None
+    xid: int | None
+    action: str | None
+    mode: str
+    reason: str
+    policy_id: int | None = None
+    gpu: int | None = None
+    outcome: str = ""
+
+    def but(self, outcome: str) -> Decision:
+        return replace(self, outcome=outcome)
+
+
+def default_for_xid(xid: int, *, repeats: int = 1, with_codes=()) -> tuple[str | None, str]:
+    if xid in PRODUCT_DEFAULTS:
+        return PRODUCT_DEFAULTS[xid]
+    rung = catalogue.escalate(xid, repeats=repeats, with_codes=with_codes)
+    action = RUNG_ACTIONS[rung]
+    return action, Mode.AUTOMATIC if action in HARMLESS else Mode.APPROVAL
+
+
+def xid_reason(xid: int, gpu: int | None) -> str:
+    """`XID 79 GPU 3 fallen off the bus`: what Slurm and the timeline show."""
+    name = catalogue.lookup(xid).name
+    for prefix in ("GPU has ", "GPU "):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+            break
+    where = f" GPU {gpu}" if gpu is not None else ""
+    return f"XID {xid}{where} {name[:1].lower()}{name[1:]}"
+
+
+def decide(incident: Incident, *, policies: dict | None = None) -> Decision:
+    """The most drastic action any of the incident's XIDs (or failed checks) calls for."""
+    policies = _policies() if policies is None else policies
+    candidates = [_for_xid(incident, xid, policies) for xid in incident.xids or []]
+    if not candidates:
+        candidates = _for_checks(incident, policies)
+    base = Decision(
+        node=incident.node.name,
+        incident_id=incident.pk,
+        at=incident.opened_at,
+        xid=None,
+        action=None,
+        mode=Mode.AUTOMATIC,
+        reason="nothing to do",
+        gpu=incident.gpu_index,
+    )
+    return max([base, *candidates], key=lambda d: ACTION_RANK.index(d.action))
+
+
+def _for_xid(incident: Incident, xid: int, policies: dict) -> Decision:
+    policy = policies.get(("xid", xid))
+    if policy is not None:
+        action = policy.action if policy.enabled else None
+        mode = policy.mode
+    else:
+        action, mode = default_for_xid(
+            xid, repeats=_repeats(incident, xid), with_codes=incident.xids
+        )
+    return Decision(
+        node=incident.node.name,
+        incident_id=incident.pk,
+        at=incident.opened_at,
+        xid=xid,
+        action=action,
+        mode=mode,
+        reason=xid_reason(xid, incident.gpu_index),
+        policy_id=policy.pk if policy else None,
+        gpu=incident.gpu_index,
+    )
+
+
+def _for_checks(incident: Incident, policies: dict) -> list[Decision]:
+    names = HealthEvent.objects.filter(
+        incident=incident, kind=EventKind.CHECK, status=CheckStatus.FAIL
+    ).values_list("check_name", flat=True)
+    decisions = []
+    for name in sorted(set(names)):
+        policy = policies.get(("check", name))
+        action = (policy.action if policy.enabled else None) if policy else Action.NOTIFY
+        decisions.append(
+            Decision(
+                node=incident.node.name,
+                incident_id=incident.pk,
+                at=incident.opened_at,
+                xid=None,
+                action=action,
+                mode=policy.mode if policy else Mode.AUTOMATIC,
+                reason=f"health check {name} failed",
+                policy_id=policy.pk if policy else None,
+                gpu=incident.gpu_index,
+            )
+        )
+    return decisions
+
+
+def _repeats(incident: Incident, xid: int) -> int:
+    """Bursts of this XID on the same GPU in the last day, this one included."""
+    since = incident.opened_at - REPEAT_WINDOW
+    earlier = Incident.objects.filter(
+        node_id=incident.node_id,
+        gpu_index=incident.gpu_index,
+        opened_at__gte=since,
+        opened_at__lte=incident.opened_at,
+    ).values_list("xids", flat=True)
+    return max(1, sum(1 for xids in earlier if xid in (xids or [])))
+
+
+def _policies() -> dict:
+    policies = {}
+    for policy in Policy.objects.all():
+        if policy.xid is not None:
+            policies[("xid", policy.xid)] = policy
+        if policy.check_name:
+            policies[("check", policy.check_name)] = policy
+    return policies
+
+
+# ----------------------------------------------------------------- the trigger
+def on_incidents(incident_ids: list[int]) -> list[Decision]:
+    """Health ingestion's listener: act on new or grown incidents per policy.
+
+    Runs after the ingest has committed, in the agent's request: a failure here
+    is logged, never turned into an error for an agent whose events are stored.
+    """
+    decisions = []
+    policies = _policies()
+    for incident in Incident.objects.filter(pk__in=incident_ids).select_related("node"):
+        try:
+            decisions.append(handle_incident(incident, policies=policies))
+        except Exception:
+            logger.exception("Remediation trigger for incident %s failed", incident.pk)
+    return decisions
+
+
+def handle_incident(incident: Incident, *, policies: dict | None = None) -> Decision:
+    decision = decide(incident, policies=policies)
+    if decision.action is None:
+        return decision.but("nothing to do")
+    if Remediation.objects.filter(incident=incident).exists():
+        return decision.but("already handled")
+    node = incident.node
+    busy = Remediation.objects.filter(node=node, status__in=[str(s) for s in ACTIVE]).first()
+    if busy is not None:
+        return decision.but(f"node busy with run {busy.pk}")
+    with transaction.atomic():
+        # One admission at a time per cluster (PostgreSQL row lock), so that two
+        # agents reporting at once cannot both slip under the breaker's limit.
+        Cluster.objects.select_for_update().filter(pk=node.cluster_id).first()
+        return _admit(incident, node, decision)
+
+
+def _admit(incident: Incident, node, decision: Decision) -> Decision:
+    mode = decision.mode
+    acts = mode != Mode.DRY_RUN and decision.action not in HARMLESS
+    flapping = acts and safety.is_flapping(node)
+    automatic_drain = mode == Mode.AUTOMATIC and decision.action in safety.DRAINING_ACTIONS
+    if (automatic_drain or flapping) and not safety.admit_automatic(node):
+        return decision.but("suppressed: circuit breaker open")
+    if flapping:
+        return _quarantine(incident, node, decision)
+    try:
+        run = create_run(
+            node,
+            decision.action,
+            trigger=Trigger.HEALTH_EVENT,
+            reason=decision.reason,
+            incident=incident,
+            policy=Policy.objects.filter(pk=decision.policy_id).first(),
+            mode=mode,
+            context={"gpu": decision.gpu, "xid": decision.xid},
+        )
+    except NodeBusy as busy:
+        return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
+    return decision.but(f"run {run.pk}")
+
+
+def _quarantine(incident: Incident, node, decision: Decision) -> Decision:
+    faults = safety.fault_count(node)
+    try:
+        run = create_run(
+            node,
+            Action.DRAIN,
+            trigger=Trigger.HEALTH_EVENT,
+            reason=f"quarantined, flapping: {faults} faults in {safety.flap_window_hours():g} h",
+            incident=incident,
+            mode=Mode.AUTOMATIC,
+            context={"faults": faults, "gpu": decision.gpu, "xid": decision.xid},
+            steps=["quarantine"],
+        )
+    except NodeBusy as busy:
+        return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
+    return decision.but(f"quarantined by run {run.pk}")
+
+
+def register() -> None:
+    """Hook the trigger into health ingestion (called from the clusters app's ready())."""
+    from health.ingest import incident_listeners
+
+    if on_incidents not in incident_listeners:
+        incident_listeners.append(on_incidents)
+
+
+# ----------------------------------------------------------------- replay
+def replay(start: datetime, end: datetime) -> list[Decision]:
+    """What the current policies would have done about the incidents opened in
+    [start, end): one decision per incident, nothing created or sent."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValueError("replay needs timezone-aware start and end")
+    policies = _policies()
+    incidents = (
+        Incident.objects.filter(opened_at__gte=start, opened_at__lt=end)
+        .select_related("node")
+        .order_by("opened_at", "pk")
+    )
+    return [decide(incident, policies=policies) for incident in incidents]

@@ -1,0 +1,173 @@
+"""A real portal (daphne subprocess) and a real Chromium, for the `browser` tests.
+
+Chromium is Debian's (`.ci/browser` installs it); Playwright only drives it, so
+`playwright install` is never needed. Outside CI the tests skip, with the
+reason, when either is missing; with CI=true they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.portal_server import PASSWORD, ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = ROOT / "test-artifacts"
+START_TIMEOUT_S = 120
+
+
+def require_browser() -> None:
+    missing = []
+    if not CHROMIUM.exists():
+        missing.append(f"{CHROMIUM} (apt-get install chromium, or run .ci/browser)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (.venv/bin/pip install playwright)")
+    if missing:
+        message = "browser tests need " + " and ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@dataclass
+class Portal:
+    """The running server: its URL and a way to change its cluster."""
+
+    url: str
+    process: subprocess.Popen
+    lines: queue.Queue
+    log: Path
+
+    def command(self, op: str, **fields) -> None:
+        self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
+        self.process.stdin.flush()
+        reply = self.next_line(timeout=10)
+        assert reply == "E2E-ACK", f"portal refused {op}: {reply}"
+
+    def next_line(self, timeout: float) -> str:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no answer from the portal; its log: {self.log}") from None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pump(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        if line.startswith("E2E-"):
+            lines.put(line.strip())
+
+
+@pytest.fixture(scope="session")
+def portal(tmp_path_factory):
+    require_browser()
+    folder = tmp_path_factory.mktemp("e2e-portal")
+    port = free_port()
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("REDIS_URL", "DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
+    env.update(
+        DATABASE_URL=f"sqlite:///{folder / 'portal.sqlite3'}",
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        SECURE_SSL_REDIRECT="false",
+        SESSION_COOKIE_SECURE="false",
+        CSRF_COOKIE_SECURE="false",
+        MEDBAY_BACKEND="simulated",
+        PYTHONUNBUFFERED="1",
+    )
+    log = folder / "portal.log"
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests/e2e/portal_server.py"), str(port)],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+        )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    server = Portal(f"http://127.0.0.1:{port}", process, lines, log)
+    try:
+        first = server.next_line(timeout=START_TIMEOUT_S)
+        assert first == "E2E-READY", f"portal did not start: {first}\n{log.read_text()[-3000:]}"
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, request):
+    context = browser.new_context()
+    tab = context.new_page()
+    tab.set_default_timeout(10_000)
+    yield tab
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in request.node.nodeid)
+        tab.screenshot(path=str(ARTIFACTS / f"{safe}.png"), full_page=True)
+    context.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Keep each phase's report on the test item so `page` can see a failure.
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+def log_in(page, portal: Portal, username: str, password: str = PASSWORD) -> None:
+    page.goto(f"{portal.url}/login/")
+    page.get_by_label("User name").fill(username)
+    page.get_by_label("Password").fill(password)
+    page.get_by_role("button", name="Log in").click()

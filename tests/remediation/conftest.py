@@ -1,0 +1,71 @@
+"""Helpers for the remediation engine tests: jobs on the simulator, XIDs through ingestion."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+TRAINING_JOB = (
+    "#!/bin/bash\n#SBATCH --partition=train\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:8\nsrun train\n"
+)
+_event_ids = itertools.count(1)
+
+
+@pytest.fixture
+def engine(sim):
+    from clusters.remediation.engine import Engine
+
+    return Engine("test-worker", backend=sim, fleet=sim)
+
+
+@pytest.fixture
+def training_job(sim, synced):
+    """A 2-node job running on gpu-01 and gpu-02, reconciled into the database."""
+    from clusters.backends.base import JobSubmission
+
+    job_id = sim.submit_job(JobSubmission(script=TRAINING_JOB, user="alice"))
+    synced(timedelta(seconds=1))
+    assert sim.job(job_id).nodes == ["gpu-01", "gpu-02"]
+    return job_id
+
+
+def ingest_xid(node_name: str, xid: int, gpu: int = 3, *, ago: timedelta = timedelta(0)):
+    """Store one XID event as the agent would send it; returns the IngestResult."""
+    from clusters.models import Node
+    from health.ingest import ingest, validate_batch
+
+    observed = (timezone.now() - ago).isoformat()
+    batch = validate_batch(
+        {
+            "node": node_name,
+            "events": [
+                {
+                    "id": f"evt-{next(_event_ids)}",
+                    "kind": "xid",
+                    "xid": xid,
+                    "gpu_index": gpu,
+                    "message": f"Xid {xid}",
+                    "observed_at": observed,
+                }
+            ],
+        }
+    )
+    return ingest(Node.objects.get(name=node_name), batch.events)
+
+
+def drive(engine, sim, synced, *, rounds: int = 20, step=timedelta(seconds=1)):
+    """Alternate engine passes with simulated time, as the worker and Slurm would."""
+    from clusters.remediation.models import Remediation
+    from clusters.remediation.transitions import RunStatus
+
+    for _ in range(rounds):
+        engine.run_once()
+        synced(step)
+        Remediation.objects.filter(status=RunStatus.WAITING).update(due_at=timezone.now())
+        if not Remediation.objects.filter(
+            status__in=[RunStatus.RUNNING, RunStatus.WAITING]
+        ).exists():
+            return

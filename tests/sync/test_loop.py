@@ -1,0 +1,85 @@
+"""The polling loop: its interval, its back-off during outages, and `serve`."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from clusters.backends import registry
+from clusters.models import Cluster, Node
+from clusters.sync import SyncLoop, ensure_cluster
+
+from .fakes import sample_backend
+
+
+@pytest.fixture
+def backend(db, tmp_path):
+    backend, runner = sample_backend(tmp_path)
+    return backend, runner
+
+
+def test_the_loop_polls_at_its_interval_while_slurm_answers(backend):
+    slurm, _ = backend
+    loop = SyncLoop(ensure_cluster(slurm), slurm, interval_s=2)
+    assert [loop.cycle() for _ in range(3)] == [2, 2, 2]
+    assert Node.objects.count() == 6
+
+
+def test_the_loop_backs_off_during_an_outage_and_returns_to_its_interval(backend):
+    slurm, runner = backend
+    loop = SyncLoop(ensure_cluster(slurm), slurm, interval_s=1.5)
+    loop.cycle()
+    states = list(Node.objects.order_by("name").values_list("name", "status"))
+    runner.controller_up = False
+    assert [loop.cycle() for _ in range(7)] == [2, 4, 8, 16, 30, 30, 30]
+    assert list(Node.objects.order_by("name").values_list("name", "status")) == states
+    assert Cluster.objects.get().controller_up is False
+    runner.controller_up = True
+    assert loop.cycle() == 1.5
+    assert Cluster.objects.get().controller_up is True
+
+
+def test_a_permanent_error_is_logged_and_retried_not_fatal(backend, caplog):
+    slurm, runner = backend
+    loop = SyncLoop(ensure_cluster(slurm), slurm, interval_s=2)
+    runner.outputs[("squeue", "--json")] = "{not json"
+    assert loop.cycle() == 2  # the first retry comes after the first back-off step
+    assert "Sync of cluster lab failed" in caplog.text
+    assert loop.failures == 1
+
+
+def test_a_stopped_loop_ends(backend):
+    slurm, _ = backend
+    loop = SyncLoop(ensure_cluster(slurm), slurm, interval_s=60)
+    loop.stop()
+    loop.run_forever()
+    assert Node.objects.count() == 0
+
+
+def test_serve_runs_the_sync_loop_beside_the_server_on_slurm(backend, settings, monkeypatch):
+    slurm, _ = backend
+    registry.use(slurm)
+    settings.MEDBAY_BACKEND = "slurm"
+    started, served = [], []
+    monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
+    monkeypatch.setattr(
+        "clusters.management.commands.serve.serve", lambda host, port: served.append((host, port))
+    )
+    try:
+        out = StringIO()
+        call_command("serve", "--addr", "127.0.0.1:8123", stdout=out)
+        call_command("serve", "--no-sync", stdout=StringIO())
+    finally:
+        registry.use(None)
+    assert [loop.cluster.name for loop in started] == ["lab"]
+    assert served == [("127.0.0.1", 8123), ("127.0.0.1", 8000)]
+    assert "Syncing cluster lab every 2s" in out.getvalue()
+
+
+def test_serve_on_the_simulator_does_not_sync(db, settings, monkeypatch):
+    settings.MEDBAY_BACKEND = "simulated"
+    started = []
+    monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
+    monkeypatch.setattr("clusters.management.commands.serve.serve", lambda host, port: None)
+    call_command("serve", stdout=StringIO())
+    assert started == []
