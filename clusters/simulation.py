@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
+from django.utils import timezone
 
 from clusters.backends.simulated import SimFault, SimulatedCluster
-from clusters.models import Cluster, Gpu, Node
+from clusters.models import Cluster, Gpu, GpuHealth, Node
 from clusters.sync import apply_snapshot
+from portal import live
 
 if TYPE_CHECKING:
     from health.ingest import IngestResult
@@ -69,32 +71,42 @@ def kernel_log_line(fault: SimFault, pci: str) -> str:
 
 
 @dataclass
-class DemoOperator:
-    """Stands in for a human operator until the remediation engine acts.
+class RepairShop:
+    """Simulated hardware repair: nodes the engine took out of service come back as spares.
 
-    It drains a node after a critical fault and, once the node is idle, reboots
-    it, which heals its GPUs in the simulator.
+    In a real fleet a failed node goes to the vendor (RMA) and returns days later;
+    the demo compresses that so the spare pool does not run dry.
     """
 
     sim: SimulatedCluster
-    repair_after: timedelta = timedelta(hours=2)
-    _draining: dict[str, object] = field(default_factory=dict)
-
-    def on_fault(self, fault: SimFault) -> None:
-        from health.xid import lookup
-
-        if lookup(fault.xid).severity != "critical" or fault.node in self._draining:
-            return
-        reason = f"medbay demo: XID {fault.xid} GPU {fault.gpu}"
-        self.sim.drain_node(fault.node, reason)
-        self._draining[fault.node] = fault.at
+    cluster: Cluster
+    repair_after: timedelta = timedelta(hours=6)
+    _broken_since: dict[str, object] = field(default_factory=dict)
 
     def step(self) -> None:
-        for name, since in list(self._draining.items()):
-            if self.sim.now - since < self.repair_after:
-                continue
-            self.sim.reboot_node(name, "medbay demo: reboot after fault")
-            del self._draining[name]
+        for info in self.sim.nodes():
+            if "fail" in info.flags and info.reason.startswith("medbay: Action:Replace"):
+                self._broken_since.setdefault(info.name, self.sim.now)
+        for name, since in list(self._broken_since.items()):
+            if self.sim.now - since >= self.repair_after:
+                self._return_as_spare(name)
+                del self._broken_since[name]
+
+    def _return_as_spare(self, name: str) -> None:
+        self.sim.move_to_pool(name, "spare")
+        self.sim.resume_node(name)
+        for index in self.sim.gpu_health(name):
+            self.sim.repair_gpu(name, index)
+        node = Node.objects.filter(cluster=self.cluster, name=name).first()
+        if node is None:
+            return
+        with transaction.atomic():
+            Gpu.objects.filter(node=node).update(
+                health=GpuHealth.HEALTHY,
+                health_reason="repaired (simulated RMA)",
+                health_changed_at=timezone.now(),
+            )
+            transaction.on_commit(lambda: live.publish_nodes([node.pk]))
 
 
 class SimulationLoop:
@@ -104,11 +116,10 @@ class SimulationLoop:
         self.sim = sim
         self.cluster = cluster
         self.interval_s = interval_s
-        self.operator = DemoOperator(sim)
+        self.repair_shop = RepairShop(sim, cluster)
         self._faults: list[SimFault] = []
         self._stop = threading.Event()
         sim.fault_listeners.append(self._faults.append)
-        sim.fault_listeners.append(self.operator.on_fault)
 
     def step(self, delta: timedelta | None = None) -> None:
         if delta is None:
@@ -116,11 +127,13 @@ class SimulationLoop:
         else:
             self.sim.advance(delta)
         self.sim.generate_workload()
-        self.operator.step()
+        self.repair_shop.step()
         faults, self._faults[:] = list(self._faults), []
         self.sync()
         for fault in faults:
-            record_gpu_fault(self.cluster, fault)
+            # Simulated time runs faster than the wall clock; events carry the
+            # time they are reported, as an agent's would.
+            record_gpu_fault(self.cluster, replace(fault, at=timezone.now()))
 
     def sync(self) -> None:
         apply_snapshot(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from clusters.backends import registry
 from clusters.backends.simulated import SimulatedCluster
@@ -51,9 +53,10 @@ class Command(BaseCommand):
             raise CommandError("--nodes must be at least 4")
         call_command("migrate", interactive=False, verbosity=0)
         sim = _build_simulator(options)
-        cluster, _ = Cluster.objects.update_or_create(
-            name="demo", defaults={"backend": "simulated"}
-        )
+        # A new simulator knows nothing of a previous demo's nodes, jobs and runs,
+        # so the demo cluster starts afresh on every start.
+        Cluster.objects.filter(name="demo").delete()
+        cluster = Cluster.objects.create(name="demo", backend="simulated")
         registry.use(sim)
         loop = SimulationLoop(sim, cluster)
         loop.step(timedelta(minutes=30))
@@ -65,6 +68,7 @@ class Command(BaseCommand):
         if options["no_serve"]:
             return
         loop.start()
+        _start_engine()
         _serve(host, port)
 
     def _print_welcome(self, host, port, users) -> None:
@@ -72,6 +76,14 @@ class Command(BaseCommand):
         self.stdout.write("Demo users (passwords are new on every start):")
         for username, role, password in users:
             self.stdout.write(f"  {role:<10} user {username:<8} password {password}")
+
+
+def _start_engine() -> None:
+    """One remediation worker in the demo process, on the same simulated cluster."""
+    from clusters.remediation.engine import Engine
+
+    worker = Engine(worker_id="demo-engine")
+    threading.Thread(target=worker.run_forever, name="engine", daemon=True).start()
 
 
 def _build_simulator(options) -> SimulatedCluster:
@@ -83,6 +95,7 @@ def _build_simulator(options) -> SimulatedCluster:
         spare=spare,
         seed=options["seed"],
         time_scale=options["time_scale"],
+        start=timezone.now(),
     )
     sim.fault_rate_per_gpu_day *= options["fault_boost"]
     sim.generate_workload()
