@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -59,11 +60,14 @@ class Portal:
     lines: queue.Queue
     log: Path
 
-    def command(self, op: str, **fields) -> None:
+    def command(self, op: str, *, timeout: float = 10, **fields) -> dict:
+        """Send one command; returns what the portal answered with its ACK, if anything."""
         self.process.stdin.write(json.dumps({"op": op, **fields}) + "\n")
         self.process.stdin.flush()
-        reply = self.next_line(timeout=10)
-        assert reply == "E2E-ACK", f"portal refused {op}: {reply}"
+        reply = self.next_line(timeout=timeout)
+        head, _, payload = reply.partition(" ")
+        assert head == "E2E-ACK", f"portal refused {op}: {reply}"
+        return json.loads(payload) if payload else {}
 
     def next_line(self, timeout: float) -> str:
         try:
@@ -85,7 +89,7 @@ def _pump(stream, lines: queue.Queue) -> None:
 
 
 @pytest.fixture(scope="session")
-def portal(tmp_path_factory):
+def portal(tmp_path_factory, request):
     require_browser()
     folder = tmp_path_factory.mktemp("e2e-portal")
     port = free_port()
@@ -129,6 +133,11 @@ def portal(tmp_path_factory):
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+        if request.session.testsfailed:
+            # The server's tracebacks explain a 500 in a screenshot; pytest's own
+            # tmp folders are pruned after a few runs.
+            ARTIFACTS.mkdir(exist_ok=True)
+            shutil.copyfile(log, ARTIFACTS / "portal.log")
 
 
 @pytest.fixture(scope="session")
@@ -171,3 +180,16 @@ def log_in(page, portal: Portal, username: str, password: str = PASSWORD) -> Non
     page.get_by_label("User name").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()
+
+
+# Set before the page loads; still there after a live update only if the page
+# was not reloaded.
+WATCH_SOCKET = """
+window.__medbayNoReload = true;
+document.addEventListener("htmx:wsOpen", () => { window.__medbayWsOpen = true; });
+"""
+
+
+def wait_for_socket(page) -> None:
+    """Wait until the page's live websocket is open; needs WATCH_SOCKET as an init script."""
+    page.wait_for_function("window.__medbayWsOpen === true")

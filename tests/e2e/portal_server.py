@@ -12,7 +12,12 @@ the cluster. Each stdin line is a JSON command, e.g. `{"op": "drain", "node":
 "e2e-02"}`; it changes the simulator and reconciles it with `apply_snapshot`,
 the same path `slurm_sync` takes in production (history row, then the live
 fragment published on commit), and answers `E2E-ACK` (or `E2E-ERROR ...`). So
-the suite needs no Redis and still exercises the real publish path.
+the suite needs no Redis and still exercises the real publish path. Commands
+that create something answer `E2E-ACK {json}` with what the test needs to find it.
+
+A remediation engine worker runs in a thread of this process for the same
+reason: its step rows must reach the browser through this process's channel
+layer, and it must act on this process's in-memory simulator.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ import os
 import socket
 import sys
 import threading
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "e2e-known-password-42"
 USERS = {"alice": "researcher", "manager": "manager", "admin": "admin"}
 NODE_PREFIX = "e2e"
+ENGINE_POLL_S = 0.2
 
 
 def main(port: int) -> None:
@@ -38,7 +45,14 @@ def main(port: int) -> None:
     django.setup()
     cluster, sim = seed()
     threading.Thread(target=follow_commands, args=(cluster, sim), daemon=True).start()
+    threading.Thread(target=run_engine, daemon=True).start()
     serve(port)
+
+
+def run_engine() -> None:
+    from clusters.remediation.engine import Engine
+
+    Engine("e2e-engine").run_forever(interval=ENGINE_POLL_S)
 
 
 def seed():
@@ -65,24 +79,93 @@ def seed():
 def follow_commands(cluster, sim) -> None:
     from django.db import connection
 
-    from clusters.sync import apply_snapshot
-
     for line in sys.stdin:
         try:
             command = json.loads(line)
-            if command["op"] == "drain":
-                sim.drain_node(command["node"], command.get("reason", "e2e"))
-            elif command["op"] == "resume":
-                sim.resume_node(command["node"])
-            else:
-                raise ValueError(f"unknown op {command['op']!r}")
-            apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs(), actor="e2e")
+            handler = COMMANDS.get(command.get("op"))
+            if handler is None:
+                raise ValueError(f"unknown op {command.get('op')!r}")
+            answer = handler(cluster, sim, command)
         except Exception as error:  # report to the test instead of dying silently
             print(f"E2E-ERROR {type(error).__name__}: {error}", flush=True)
         else:
-            print("E2E-ACK", flush=True)
+            print("E2E-ACK" + (f" {json.dumps(answer)}" if answer else ""), flush=True)
         finally:
             connection.close()
+
+
+def sync(cluster, sim, command=None) -> None:
+    from clusters.sync import apply_snapshot
+
+    apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs(), actor="e2e")
+
+
+def drain(cluster, sim, command) -> None:
+    sim.drain_node(command["node"], command.get("reason", "e2e"))
+    sync(cluster, sim)
+
+
+def resume(cluster, sim, command) -> None:
+    sim.resume_node(command["node"])
+    sync(cluster, sim)
+
+
+def step(cluster, sim, command) -> None:
+    """Move simulated time on: pending jobs start, due jobs finish."""
+    sim.advance(timedelta(seconds=command.get("seconds", 1)))
+    sync(cluster, sim)
+
+
+def run_job(cluster, sim, command) -> dict:
+    """A running job of `user` holding whole nodes' GPUs, as if Slurm had just started it."""
+    from clusters.backends.base import JobSubmission
+
+    gpus = command.get("gpus", 8)
+    script = (
+        f"#!/bin/bash\n#SBATCH --job-name={command.get('name', 'e2e-train')}\n"
+        f"#SBATCH --partition={command.get('partition', 'train')}\n"
+        f"#SBATCH --nodes=1\n#SBATCH --gres=gpu:{gpus}\nsrun train.py\n"
+    )
+    job_id = sim.submit_job(JobSubmission(script=script, user=command.get("user", "bob")))
+    sim.advance(timedelta(0))
+    sync(cluster, sim)
+    return {"job": job_id, "state": sim.job(job_id).state, "nodes": list(sim.job(job_id).nodes)}
+
+
+def await_approval(cluster, sim, command) -> dict:
+    """A policy's run that stops for an admin's approval, as the policies create them."""
+    from clusters.models import Node
+    from clusters.remediation import services
+    from clusters.remediation.models import Mode, Trigger
+
+    node = Node.objects.get(cluster=cluster, name=command["node"])
+    run = services.create_run(
+        node,
+        command["action"],
+        trigger=Trigger.POLICY,
+        reason=command.get("reason", "e2e: policy asks first"),
+        mode=Mode.APPROVAL,
+        actor="e2e",
+    )
+    return {"run": run.pk}
+
+
+def history(cluster, sim, command) -> dict:
+    from clusters.history import generate_history
+
+    stats = generate_history(cluster, command.get("days", 3), jobs=command.get("jobs"))
+    return {"jobs": stats.jobs, "node_changes": stats.node_changes}
+
+
+COMMANDS = {
+    "sync": sync,
+    "drain": drain,
+    "resume": resume,
+    "step": step,
+    "run_job": run_job,
+    "await_approval": await_approval,
+    "history": history,
+}
 
 
 def serve(port: int) -> None:

@@ -1,0 +1,67 @@
+"""The manager's reports in a real browser: plotly draws, filters re-render via htmx."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
+    expect = None
+
+from tests.e2e.conftest import WATCH_SOCKET, log_in
+
+pytestmark = pytest.mark.browser
+
+HISTORY_DAYS = 3
+HISTORY_JOBS = 40
+
+
+@pytest.fixture(scope="module")
+def history(portal):
+    """A few days of synthetic history, so the charts have something to draw."""
+    return portal.command("history", days=HISTORY_DAYS, jobs=HISTORY_JOBS, timeout=60)
+
+
+def test_a_manager_sees_a_plotly_chart_and_a_filter_redraws_it_without_a_reload(
+    page, portal, history
+):
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+
+    page.goto(f"{portal.url}/reports/")
+    figure = page.locator("#report-body .plotly-figure").first
+    expect(figure.locator(".plot-container svg").first).to_be_attached()
+    expect(page.locator("#report-utilization h2")).to_contain_text("utilization")
+    page.evaluate("document.getElementById('report-body').firstElementChild.dataset.old = '1'")
+
+    page.get_by_label("Time bucket").select_option("week")
+
+    expect(page).to_have_url(re.compile(r"bucket=week"))
+    expect(page.locator("#report-body [data-old]")).to_have_count(0)
+    expect(figure.locator(".plot-container svg").first).to_be_attached()
+    assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
+    expect(page.get_by_label("Time bucket")).to_have_value("week")
+
+
+def test_a_manager_switches_report_tabs_in_place_and_the_filters_follow_the_tab(
+    page, portal, history
+):
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/")
+
+    page.locator(".report-tabs").get_by_role("link", name="Reliability").click()
+
+    expect(page).to_have_url(re.compile(r"/reports/reliability/"))
+    expect(page.locator("#report-reliability h2")).to_contain_text(re.compile("reliability", re.I))
+    expect(page.locator("#report-utilization")).to_have_count(0)
+    expect(page.locator(".report-tabs a.current")).to_have_text("Reliability")
+    expect(page.locator("#report-reliability .plot-container svg").first).to_be_attached()
+    page.get_by_label("Time bucket").select_option("week")
+    expect(page).to_have_url(re.compile(r"/reports/reliability/\?.*bucket=week"))
+    expect(page.locator("#report-reliability")).to_have_count(1)
+    expect(page.locator("#report-utilization")).to_have_count(0)
+    assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
