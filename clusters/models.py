@@ -168,7 +168,12 @@ class NodeStateChange(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
-        indexes = [models.Index(fields=["node", "at"])]
+        indexes = [
+            models.Index(fields=["node", "at"]),
+            # The reports' Lead() window runs over (node, at, id): read in this order,
+            # months of history need no sort (which took ~1 s for 224k rows).
+            models.Index(fields=["node", "at", "id"], name="clusters_nsc_node_at_id"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_status} -> {self.to_status}"

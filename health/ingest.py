@@ -7,6 +7,7 @@ queries; live updates and remediation triggers fire only after it commits.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,7 +45,8 @@ SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 LIVE_ROWS_PER_BATCH = 25
 RECEIVED_COLUMNS = ("node", "event_id", "received_at")
 
-# Called with the new or grown incidents after commit (the remediation engine).
+# Called after commit with the incidents a batch opened or whose XIDs or severity changed
+# (the remediation engine); a repeat of what an incident already holds decides nothing new.
 incident_listeners: list[Callable[[list[int]], None]] = []
 
 
@@ -61,6 +63,9 @@ class IngestResult:
     folded: int = 0
     event_ids: list[int] = field(default_factory=list)
     incident_ids: list[int] = field(default_factory=list)
+    # The incidents this batch opened or whose XIDs or severity it changed: only these
+    # can call for a different remediation, so only these go to `incident_listeners`.
+    changed_incident_ids: list[int] = field(default_factory=list)
 
 
 class BatchInvalid(Exception):
@@ -203,11 +208,12 @@ def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> In
             if event["gpu_index"] is None and event["pci"]:
                 event["gpu_index"] = gpu_by_pci.get(event["pci"])
         rows, folded = _fold(node, fresh, now)
-        incidents = _group_into_incidents(node, rows)
+        incidents, changed = _group_into_incidents(node, rows)
         _save_rows(rows)
         result.accepted, result.folded = len(fresh), folded
         result.event_ids = [row.pk for row in rows]
         result.incident_ids = sorted({incident.pk for incident in incidents})
+        result.changed_incident_ids = sorted(changed)
         changed_gpus = _update_gpu_health(node, fresh, now)
         _publish_after_commit(node, rows, result, changed_gpus)
     return result
@@ -295,8 +301,49 @@ def _fold(node: Node, events: list[dict], now: datetime) -> tuple[list[HealthEve
 
 def _save_rows(rows: list[HealthEvent]) -> None:
     grown = [row for row in rows if row.pk is not None]
-    HealthEvent.objects.bulk_create([row for row in rows if row.pk is None])
+    new = [row for row in rows if row.pk is None]
+    if connection.vendor == "postgresql":
+        _copy_rows(new)
+    else:
+        HealthEvent.objects.bulk_create(new)
     HealthEvent.objects.bulk_update(grown, ["count", "last_observed_at", "incident"])
+
+
+def _copy_rows(rows: list[HealthEvent]) -> None:
+    """Insert new rows with PostgreSQL's COPY, ids drawn from the table's sequence first.
+
+    `bulk_create` spent more time in Python (preparing 16 values per row, then quoting
+    them into arrays) than PostgreSQL spent storing them; COPY sends each row as is.
+    Values go in as the model holds them: HealthEvent has no auto_now field whose
+    `pre_save` would have to run first.
+    """
+    if not rows:
+        return
+    meta = HealthEvent._meta
+    fields = meta.concrete_fields
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    json_fields = {f.attname: f.encoder for f in fields if f.get_internal_type() == "JSONField"}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s)",
+            [meta.db_table, meta.pk.column, len(rows)],
+        )
+        for row, (pk,) in zip(rows, cursor.fetchall(), strict=True):
+            row.pk = pk
+            row._state.adding, row._state.db = False, connection.alias
+        # Only quoted names from the model's meta are formatted in; rows travel as data.
+        sql = f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN"
+        with cursor.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row([_copy_value(row, field, json_fields) for field in fields])
+
+
+def _copy_value(row: HealthEvent, field, json_fields: dict):
+    value = getattr(row, field.attname)
+    if field.attname in json_fields:
+        return json.dumps(value, cls=json_fields[field.attname])
+    return value
 
 
 def _new_row(node: Node, event: dict, key: str, now: datetime) -> HealthEvent:
@@ -322,11 +369,14 @@ def _new_row(node: Node, event: dict, key: str, now: datetime) -> HealthEvent:
     )
 
 
-def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]:
-    """Attach XIDs and failing checks to the open incident of their GPU, or open one."""
+def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> tuple[list[Incident], set[int]]:
+    """Attach XIDs and failing checks to the open incident of their GPU, or open one.
+
+    Returns the touched incidents and the ids of those opened or changed in XIDs or severity.
+    """
     relevant = [row for row in rows if row.kind == EventKind.XID or row.severity != Severity.INFO]
     if not relevant:
-        return []
+        return [], set()
     earliest = min(row.observed_at for row in relevant) - INCIDENT_SILENCE
     open_incidents = {
         incident.gpu_index: incident
@@ -336,6 +386,8 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]
     }
     touched: dict[int, Incident] = {}
     headline: dict[int, HealthEvent] = {}
+    # What each incident looked like before this batch; None for one it opened.
+    before: dict[int, tuple | None] = {}
     for row in sorted(relevant, key=lambda r: r.observed_at):
         incident = open_incidents.get(row.gpu_index)
         if incident is None or row.observed_at - incident.last_event_at > INCIDENT_SILENCE:
@@ -345,6 +397,8 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]
             )  # fmt: skip
             incident.save()
             open_incidents[row.gpu_index] = incident
+            before[incident.pk] = None
+        before.setdefault(incident.pk, (list(incident.xids), incident.severity))
         _grow_incident(incident, row)
         if row.severity == incident.severity:
             headline[incident.pk] = row
@@ -357,7 +411,12 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> list[Incident]
     Incident.objects.bulk_update(
         list(touched.values()), ["last_event_at", "severity", "xids", "event_count", "summary"]
     )
-    return list(touched.values())
+    changed = {
+        pk
+        for pk, incident in touched.items()
+        if before[pk] != (list(incident.xids), incident.severity)
+    }
+    return list(touched.values()), changed
 
 
 def _grow_incident(incident: Incident, row: HealthEvent) -> None:
@@ -413,7 +472,7 @@ def _publish_after_commit(
     # them here spares the publisher a query over every row of a large batch.
     newest = sorted(rows, key=lambda row: (row.last_observed_at, row.pk))
     event_ids = [row.pk for row in newest[-LIVE_ROWS_PER_BATCH:]]
-    incident_ids, node_id = list(result.incident_ids), node.pk
+    incident_ids, node_id = list(result.changed_incident_ids), node.pk
 
     def publish() -> None:
         from health.views import publish_events
@@ -421,7 +480,8 @@ def _publish_after_commit(
         publish_events(event_ids)
         if gpus_changed:
             live.publish_nodes([node_id])
-        for listener in list(incident_listeners):
-            listener(incident_ids)
+        if incident_ids:
+            for listener in list(incident_listeners):
+                listener(incident_ids)
 
     transaction.on_commit(publish)

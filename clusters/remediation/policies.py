@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 
 from clusters.models import Cluster
 from clusters.remediation import safety
@@ -184,12 +185,36 @@ def on_incidents(incident_ids: list[int]) -> list[Decision]:
     """
     decisions = []
     policies = _policies()
-    for incident in Incident.objects.filter(pk__in=incident_ids).select_related("node"):
+    # An incident that already has a run is answered without deciding (and so without
+    # the repeat-count queries per XID): this is checked for every incident in one query.
+    incidents = (
+        Incident.objects.filter(pk__in=incident_ids)
+        .select_related("node")
+        .annotate(handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))))
+    )
+    for incident in incidents:
+        if incident.handled:
+            decisions.append(_already_handled(incident))
+            continue
         try:
             decisions.append(handle_incident(incident, policies=policies))
         except Exception:
             logger.exception("Remediation trigger for incident %s failed", incident.pk)
     return decisions
+
+
+def _already_handled(incident: Incident) -> Decision:
+    return Decision(
+        node=incident.node.name,
+        incident_id=incident.pk,
+        at=incident.opened_at,
+        xid=None,
+        action=None,
+        mode=Mode.AUTOMATIC,
+        reason="a run already handles this incident",
+        gpu=incident.gpu_index,
+        outcome="already handled",
+    )
 
 
 def handle_incident(incident: Incident, *, policies: dict | None = None) -> Decision:

@@ -26,6 +26,7 @@ from portal.reports.base import (
 )
 from portal.reports.intervals import (
     Span,
+    bucketed_and_per_node,
     bucketed_sums,
     job_run_intervals,
     job_span_intervals,
@@ -42,9 +43,26 @@ JOB_GROUPS = {"partition": "partition", "pool": "partition", "account": "account
 # ------------------------------------------------------------------ shared sums
 def node_seconds(span: Span, group: str) -> dict[tuple[str, str], list[float]]:
     """GPU-seconds per bucket for each (group, node status)."""
+    sums = bucketed_sums(
+        node_state_intervals(span).annotate(g=_node_key(group)), span, ["g", "status"]
+    )
+    return _merge_groups(sums, group)
+
+
+def node_seconds_and_hours(span: Span, group: str) -> tuple[dict, list[dict]]:
+    """`node_seconds` and `node_hours` (every node, most downtime first) from one scan."""
+    rows = node_state_intervals(span).annotate(g=_node_key(group), node_name=F("node__name"))
+    sums, nodes = bucketed_and_per_node(rows, span, ["g", "status"], _node_sums())
+    nodes.sort(key=lambda row: (-(row["down_s"] or 0.0), row["node_name"]))
+    return _merge_groups(sums, group), nodes
+
+
+def _node_key(group: str):
     field = NODE_GROUPS.get(group)
-    key = Coalesce(F(field), Value("")) if field else Value("")
-    sums = bucketed_sums(node_state_intervals(span).annotate(g=key), span, ["g", "status"])
+    return Coalesce(F(field), Value("")) if field else Value("")
+
+
+def _merge_groups(sums: dict, group: str) -> dict[tuple[str, str], list[float]]:
     merged: dict[tuple[str, str], list[float]] = {}
     for (name, status), values in sums.items():
         # A node in several partitions is reported under its first one.
@@ -194,7 +212,8 @@ def availability(query: ReportQuery) -> Report:
     group = query.group if query.group in NODE_GROUPS else ""
     installed: dict[str, list[float]] = {}
     healthy: dict[str, list[float]] = {}
-    for (name, status), values in node_seconds(span, group).items():
+    seconds, per_node = node_seconds_and_hours(span, group)
+    for (name, status), values in seconds.items():
         _add(installed, name, values)
         if status not in OUT_OF_SERVICE:
             _add(healthy, name, values)
@@ -225,7 +244,7 @@ def availability(query: ReportQuery) -> Report:
         "healthy_gpu_h": hours(good),
         "availability_pct": percent(good, total),
     }
-    report.tables += [downtime_table(span), fault_table(span)]
+    report.tables += [downtime_table(span, per_node[:TOP]), fault_table(span)]
     if query.group and not group:
         report.notes.append(f"Availability is per node; grouping by {query.group} is ignored.")
     if not total:
@@ -236,29 +255,34 @@ def availability(query: ReportQuery) -> Report:
 def node_hours(span: Span, *, limit: int | None = None) -> list[dict]:
     """Per node: seconds down (out of service) and installed, most downtime first."""
     rows = node_state_intervals(span).annotate(node_name=F("node__name"))
-    down = f"CASE WHEN status IN {sql_list(OUT_OF_SERVICE)} THEN e_off - s_off ELSE 0 END"
     return summed(
         rows,
         ["node_name", "status", "w", "s_off", "e_off"],
         ["node_name"],
-        {
-            "down_s": f"SUM({down})",
-            "installed_s": "SUM(e_off - s_off)",
-            "gpu_up_s": f"SUM(w * (e_off - s_off) - w * ({down}))",
-        },
+        _node_sums(),
         where="e_off > s_off",
         order_by="down_s DESC, node_name",
         limit=limit,
     )
 
 
-def downtime_table(span: Span) -> Table:
+def _node_sums() -> dict[str, str]:
+    down = f"CASE WHEN status IN {sql_list(OUT_OF_SERVICE)} THEN e_off - s_off ELSE 0 END"
+    return {
+        "down_s": f"SUM({down})",
+        "installed_s": "SUM(e_off - s_off)",
+        "gpu_up_s": f"SUM(w * (e_off - s_off) - w * ({down}))",
+    }
+
+
+def downtime_table(span: Span, top: list[dict] | None = None) -> Table:
+    """The nodes with most downtime; `top` when the caller already has `node_hours`' rows."""
     table = Table(
         "downtime",
         f"Top {TOP} nodes by downtime",
         [("node", "node"), ("downtime_h", "downtime h"), ("availability_pct", "availability %")],
     )
-    for row in node_hours(span, limit=TOP):
+    for row in node_hours(span, limit=TOP) if top is None else top:
         if not row["down_s"]:
             break
         up = row["installed_s"] - row["down_s"]

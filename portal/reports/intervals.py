@@ -144,7 +144,6 @@ def bucketed_sums(
     `groups`, what `Span.clip` and `Span.buckets` return and the `where_columns`
     that `where` filters on.
     """
-    group_sql = "".join(f"{name}, " for name in groups)
     columns = [*groups, *where_columns, "w", "s_off", "e_off", "k_start", "k_end"]
     try:
         source, params = _wrap(queryset, columns)
@@ -152,14 +151,62 @@ def bucketed_sums(
         return {}
     # Only identifiers and expressions written in this package are spliced in;
     # every value travels as a parameter of the inner query.
+    sql = f"SELECT {_bucket_select(groups, source, where)}"  # noqa: S608
+    return _bucketed(_rows(sql, params), len(groups), span)
+
+
+def _bucket_select(groups: Sequence[str], source: str, where: str = "1 = 1") -> str:
+    """`bucketed_sums`' query after its SELECT keyword."""
+    group_sql = "".join(f"{name}, " for name in groups)
     sums = "SUM(w), SUM(w * s_off), SUM(w * e_off)"
-    sql = f"SELECT {group_sql}k_start, k_end, {sums} FROM {source} WHERE e_off > s_off"  # noqa: S608
-    sql += f" AND ({where}) GROUP BY {group_sql}k_start, k_end"
+    return (
+        f"{group_sql}k_start, k_end, {sums} FROM {source} WHERE e_off > s_off AND ({where})"
+        f" GROUP BY {group_sql}k_start, k_end"
+    )
+
+
+def _bucketed(rows, group_count: int, span: Span) -> dict[tuple, list[float]]:
     cells: dict[tuple, list[tuple[int, int, float, float, float]]] = defaultdict(list)
-    for row in _rows(sql, params):
-        key, (k_start, k_end, weight, starts, ends) = tuple(row[: len(groups)]), row[len(groups) :]
+    for row in rows:
+        key, (k_start, k_end, weight, starts, ends) = tuple(row[:group_count]), row[group_count:]
         cells[key].append((int(k_start), int(k_end), weight or 0.0, starts or 0.0, ends or 0.0))
     return {key: _split(parts, span) for key, parts in cells.items()}
+
+
+def bucketed_and_per_node(
+    queryset: QuerySet, span: Span, groups: Sequence[str], per_node: dict[str, str]
+) -> tuple[dict[tuple, list[float]], list[dict]]:
+    """`bucketed_sums` over `groups` and, from the same scan, `per_node` sums per `node_name`.
+
+    The interval query (a window over months of history) is the expensive part; as a
+    CTE referenced twice it is computed once, where two queries would compute it twice.
+    """
+    columns = [*groups, "node_name", "status", "w", "s_off", "e_off", "k_start", "k_end"]
+    try:
+        inner, params = queryset.order_by().values(*columns).query.sql_with_params()
+    except EmptyResultSet:
+        return {}, []
+    # UNION ALL needs the same columns in both branches, of matching types: the per-node
+    # branch puts the name under the first group, NULL under the others (text), and its
+    # sums where the bucket branch has its numbers (at most 5 of them); `part` tells
+    # the branches apart.
+    nulls = ["NULL"] * (len(groups) - 1)
+    numbers = [*per_node.values(), *["NULL"] * (5 - len(per_node))]
+    node_columns = ", ".join(["node_name", *nulls, *numbers])
+    sql = (
+        f"WITH iv AS ({inner}) SELECT 0 AS part, {_bucket_select(groups, 'iv')}"  # noqa: S608
+        f" UNION ALL SELECT 1, {node_columns} FROM iv WHERE e_off > s_off GROUP BY node_name"
+    )
+    rows = _rows(sql, params)
+    sums = _bucketed((row[1:] for row in rows if row[0] == 0), len(groups), span)
+    first = 1 + len(groups)
+    names = list(per_node)
+    nodes = [
+        {"node_name": row[1], **dict(zip(names, row[first : first + len(names)], strict=True))}
+        for row in rows
+        if row[0] == 1
+    ]
+    return sums, nodes
 
 
 def _split(parts, span: Span) -> list[float]:
