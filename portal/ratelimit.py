@@ -4,6 +4,10 @@ Counters live in the Django cache (Redis when REDIS_URL is set), so every
 portal process and host behind the load balancer shares them. The window is
 fixed from the first failure: the cache expires the counter, and an increment
 keeps the expiry, so a steady trickle of guesses cannot keep extending it.
+
+If the cache is unreachable (Redis down), throttling fails open: log-ins keep
+working unthrottled, with a warning, rather than every log-in failing with a 500
+(found by tests/chaos/test_redis_outage.py).
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ def _key(ip: str, username: str) -> str:
 
 
 def failures(ip: str, username: str) -> int:
-    return cache.get(_key(ip, username), 0)
+    try:
+        return cache.get(_key(ip, username), 0)
+    except Exception:  # any backend's connection error: see the module docstring
+        logger.warning("Log-in throttling unavailable: the cache is unreachable", exc_info=True)
+        return 0
 
 
 def is_locked(ip: str, username: str) -> bool:
@@ -38,14 +46,12 @@ def is_locked(ip: str, username: str) -> bool:
 
 
 def record_failure(ip: str, username: str) -> int:
-    """Count one failed log-in; returns the failures so far in this window."""
-    key = _key(ip, username)
-    cache.add(key, 0, timeout=settings.MEDBAY_LOGIN_WINDOW_S)
+    """Count one failed log-in; returns the failures so far in this window (0: no cache)."""
     try:
-        count = cache.incr(key)
-    except ValueError:  # expired between add() and incr(): this failure opens a new window
-        cache.add(key, 1, timeout=settings.MEDBAY_LOGIN_WINDOW_S)
-        count = 1
+        count = _count_failure(_key(ip, username))
+    except Exception:  # any backend's connection error: see the module docstring
+        logger.warning("Failed log-in not counted: the cache is unreachable", exc_info=True)
+        return 0
     if count == settings.MEDBAY_LOGIN_MAX_FAILURES:
         logger.warning(
             "Log-in locked for user name %r from %s after %d failures", username, ip, count
@@ -53,8 +59,20 @@ def record_failure(ip: str, username: str) -> int:
     return count
 
 
+def _count_failure(key: str) -> int:
+    cache.add(key, 0, timeout=settings.MEDBAY_LOGIN_WINDOW_S)
+    try:
+        return cache.incr(key)
+    except ValueError:  # expired between add() and incr(): this failure opens a new window
+        cache.add(key, 1, timeout=settings.MEDBAY_LOGIN_WINDOW_S)
+        return 1
+
+
 def clear(ip: str, username: str) -> None:
-    cache.delete(_key(ip, username))
+    try:
+        cache.delete(_key(ip, username))
+    except Exception:  # any backend's connection error: see the module docstring
+        logger.warning("Log-in failures not cleared: the cache is unreachable", exc_info=True)
 
 
 def lockout_message() -> str:

@@ -96,11 +96,13 @@ class SlurmBackend:
     def run_json(self, args: Sequence[str]) -> dict[str, Any]:
         output = self.run(args)
         try:
-            return json.loads(output)
+            payload = json.loads(output)
         except json.JSONDecodeError as error:
             raise BackendError(
                 f"{args[0]} printed invalid JSON: {error}", permanent=True
             ) from error
+        raise_json_errors(args, payload)
+        return payload
 
     # ------------------------------------------------------------ version
 
@@ -327,6 +329,26 @@ class SlurmBackend:
 
 
 # ---------------------------------------------------------------- argument checks
+
+
+def raise_json_errors(args: Sequence[str], payload: Any) -> None:
+    """Raise the errors a `--json` command reports in its body instead of its exit status.
+
+    22.05's `squeue --json` and `sinfo --json` exit 0 with `"errors": [...]` and an
+    empty list when slurmctld cannot be reached; read as data, that empty list said
+    every job had finished and every node was gone (found by the chaos suite,
+    tests/slurm_integration/test_chaos_slurmctld.py). A failed read is worth
+    retrying, so the error is transient; the engine asks a human after repeats.
+    """
+    errors = payload.get("errors") if isinstance(payload, dict) else None
+    if not errors:
+        return
+    details = [
+        str(e.get("description") or e.get("error") or e) if isinstance(e, dict) else str(e)
+        for e in errors
+    ]
+    message = f"{args[0]} reported: {'; '.join(dict.fromkeys(details))}"
+    raise BackendError(f"{message} (is slurmctld reachable?)", permanent=False)
 
 
 def checked_reason(reason: str) -> str:
