@@ -2,6 +2,8 @@
 
     python bench/board.py --nodes 2048 [--runs 20]
 
+Runs on its own SQLite file unless DATABASE_URL says otherwise: the benchmark
+deletes every cluster first, which must never hit the development database.
 Prints {"nodes", "gpus", "render_ms_p50", "render_ms_p95", "queries", "db"}.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 from _setup import django_setup, percentile, seed_cluster
@@ -19,6 +22,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2048)
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args()
+    os.environ.setdefault("DATABASE_URL", "sqlite:////tmp/medbay-bench-board.sqlite3")
     django_setup()
 
     from django.db import connection

@@ -4,8 +4,11 @@
 
 Starts daphne worker(s) on the Redis channel layer, connects logged-in
 websocket clients, changes one node and measures, per client, the time from the
-change to the fragment's arrival. Prints {"clients", "workers",
-"latency_ms_p50", "latency_ms_p95", "layer"}.
+change to the fragment's arrival. Uses PostgreSQL (the database is created when
+missing) unless DATABASE_URL says otherwise or PostgreSQL is not running, because
+SQLite serialises the connect-time queries of many sockets. Workers' stderr goes
+to a log file named in the output. Prints {"clients", "workers", "rounds",
+"delivered", "latency_ms_p50", "latency_ms_p95", "layer", "db", "worker_log"}.
 """
 
 from __future__ import annotations
@@ -17,9 +20,33 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from _setup import ROOT, django_setup, percentile, seed_cluster
+
+BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_fanout"
+SQLITE_DATABASE_URL = "sqlite:////tmp/medbay-bench-fanout.sqlite3"
+
+
+def bench_database_url() -> str:
+    """PostgreSQL's bench database, created when missing; SQLite when PostgreSQL is down."""
+    import psycopg
+    from psycopg import sql
+
+    name = BENCH_DATABASE_URL.rsplit("/", 1)[1]
+    admin_url = BENCH_DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as connection:
+            exists = connection.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", [name]
+            ).fetchone()
+            if not exists:
+                connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    except psycopg.OperationalError:
+        return SQLITE_DATABASE_URL
+    return BENCH_DATABASE_URL
 
 
 def free_port() -> int:
@@ -28,7 +55,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_workers(count: int) -> tuple[list[subprocess.Popen], list[int]]:
+def start_workers(count: int, log) -> tuple[list[subprocess.Popen], list[int]]:
     ports = [free_port() for _ in range(count)]
     procs = [
         subprocess.Popen(
@@ -45,7 +72,7 @@ def start_workers(count: int) -> tuple[list[subprocess.Popen], list[int]]:
             cwd=ROOT,
             env=os.environ.copy(),
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=log,
         )
         for port in ports
     ]
@@ -102,12 +129,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=64)
     args = parser.parse_args()
     os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-    os.environ.setdefault("DATABASE_URL", "sqlite:////tmp/medbay-bench-fanout.sqlite3")
+    if "DATABASE_URL" not in os.environ:
+        os.environ["DATABASE_URL"] = bench_database_url()
     django_setup()
 
     from django.conf import settings
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
+    from django.db import connection
 
     from clusters.sync import apply_snapshot
     from portal.accounts import create_user_with_role
@@ -130,17 +159,19 @@ def main() -> None:
             sim.resume_node(target)
         apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
 
-    procs, ports = start_workers(args.workers)
-    try:
-        urls = [
-            f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/live/?topics=board"
-            for i in range(args.clients)
-        ]
-        latencies = asyncio.run(run_clients(urls, cookie, change, args.rounds))
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
+    log_name = Path(tempfile.gettempdir()) / f"medbay-fanout-{os.getpid()}.log"
+    with log_name.open("w") as log:
+        procs, ports = start_workers(args.workers, log)
+        try:
+            urls = [
+                f"ws://127.0.0.1:{ports[i % len(ports)]}/ws/live/?topics=board"
+                for i in range(args.clients)
+            ]
+            latencies = asyncio.run(run_clients(urls, cookie, change, args.rounds))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(timeout=10)
     delivered = len(latencies) / (args.clients * args.rounds)
     print(
         json.dumps(
@@ -152,6 +183,8 @@ def main() -> None:
                 "latency_ms_p50": round(percentile(latencies, 50), 1) if latencies else None,
                 "latency_ms_p95": round(percentile(latencies, 95), 1) if latencies else None,
                 "layer": "redis" if settings.REDIS_URL else "memory",
+                "db": connection.vendor,
+                "worker_log": str(log_name),
             }
         )
     )

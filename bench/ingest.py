@@ -224,13 +224,15 @@ def main() -> None:
         [make_events(run, s, b, args.batch_size, start) for b in range(args.batches)]
         for s in range(args.senders)
     ]
-    procs, ports = start_workers(args.workers)
+    log = open(os.devnull, "w")  # noqa: SIM115 (closed below, after the workers stop)
+    procs, ports = start_workers(args.workers, log)
     try:
         events_per_s, board_ms = ingest_over_http(args, nodes, ports, batches)
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
+        log.close()
     raw_per_s = raw_insert(nodes, batches)
     figures = {
         "events_per_s": round(events_per_s),

@@ -9,18 +9,21 @@ nothing: an unreachable controller is recorded as an outage, never read as
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.db.models import Q
+from django.db import close_old_connections, connection, transaction
+from django.db.models import BigIntegerField, F, Func, Q, TextField, Value
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from clusters import drift
@@ -98,6 +101,11 @@ def read_snapshot(backend: ClusterBackend) -> Snapshot:
 
 def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm") -> SyncResult:
     """Read the backend and reconcile; an outage is recorded and nothing else."""
+    with collector_paused():
+        return _sync_once(cluster, backend, actor)
+
+
+def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncResult:
     try:
         snapshot = read_snapshot(backend)
         found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
@@ -114,6 +122,24 @@ def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm"
     drift.save(cluster, found)
     result.partition_drift, result.reapplied = found, reapplied
     return result
+
+
+@contextmanager
+def collector_paused():
+    """Pause Python's cyclic garbage collector for one sync cycle.
+
+    Slurm's JSON for 5,000 jobs is tens of megabytes: decoding it allocates
+    millions of dicts and lists, none of them cyclic, and every few hundred
+    allocations the collector walked them all again (over half of the parse
+    time). Reference counting still frees them; collection resumes afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def record_outage(cluster: Cluster, message: str) -> None:
@@ -211,70 +237,125 @@ def _pool_for(info: NodeInfo, pools: dict[str, NodePool]) -> NodePool | None:
     return None
 
 
-def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> dict[str, Node]:
-    rows = {node.name: node for node in Node.objects.filter(cluster=cluster)}
+def _node_values(info: NodeInfo, pool: NodePool | None, remediation: str) -> tuple:
+    """The NODE_FIELDS of a node as the snapshot reports it, in that order."""
+    return (
+        info.state,
+        ",".join(sorted(info.flags)),
+        board_status(info.state, info.flags, pool.kind if pool else None, remediation),
+        info.reason[:512],
+        # The id, not the object: comparing `row.pool` would load each node's pool.
+        pool.pk if pool else None,
+        ",".join(info.partitions),
+        info.cpus,
+        info.memory_mb,
+        info.gpus,
+        info.gpus_used,
+    )
+
+
+def _stored_nodes(cluster: Cluster) -> dict[str, tuple[int, str, tuple]]:
+    """name -> (pk, active remediation, NODE_FIELDS values): plain tuples, no instances."""
+    rows = Node.objects.filter(cluster=cluster).values_list(
+        "name", "pk", "active_remediation", *NODE_FIELDS
+    )
+    return {name: (pk, remediation, tuple(values)) for name, pk, remediation, *values in rows}
+
+
+def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> dict[str, int]:
+    """Reconcile nodes; returns name -> primary key of every node of the cluster."""
+    stored = _stored_nodes(cluster)
     new_nodes, changed, history = [], [], []
     changed_fields: set[str] = set()
     for info in infos:
         pool = _pool_for(info, pools)
-        row = rows.get(info.name)
-        remediation = row.active_remediation if row else ""
-        values = {
-            "state": info.state,
-            "flags": ",".join(sorted(info.flags)),
-            "status": board_status(
-                info.state, info.flags, pool.kind if pool else None, remediation
-            ),
-            "reason": info.reason[:512],
-            # The id, not the object: comparing `row.pool` would load each node's pool.
-            "pool_id": pool.pk if pool else None,
-            "partition_names": ",".join(info.partitions),
-            "cpus": info.cpus,
-            "memory_mb": info.memory_mb,
-            "gpu_count": info.gpus,
-            "gpus_used": info.gpus_used,
-        }
-        if row is None:
-            row = Node(cluster=cluster, name=info.name, last_seen_at=now, updated_at=now, **values)
+        old = stored.get(info.name)
+        values = _node_values(info, pool, old[1] if old else "")
+        fields = dict(zip(NODE_FIELDS, values, strict=True))
+        if old is None:
+            row = Node(cluster=cluster, name=info.name, last_seen_at=now, updated_at=now, **fields)
             new_nodes.append(row)
             continue
-        old_status = row.status
-        differs = [name for name in NODE_FIELDS if getattr(row, name) != values[name]]
-        row.last_seen_at = now
-        if not differs:
+        if old[2] == values:
             continue
-        for name in differs:
-            setattr(row, name, values[name])
-        row.updated_at = now
+        row = Node(pk=old[0], cluster=cluster, name=info.name, updated_at=now, **fields)
         changed.append(row)
-        changed_fields.update(differs)
+        changed_fields.update(
+            name
+            for name, was, now_is in zip(NODE_FIELDS, old[2], values, strict=True)
+            if was != now_is
+        )
+        old_status = old[2][NODE_FIELDS.index("status")]
         if old_status != row.status:
             history.append(_node_change(row, old_status, actor, now))
+    ids = {name: old[0] for name, old in stored.items()}
     if new_nodes:
         created = Node.objects.bulk_create(new_nodes)
         for row in created:
-            rows[row.name] = row
+            ids[row.name] = row.pk
             history.append(_node_change(row, "", actor, now))
+        models_by_name = {info.name: info.gpu_model for info in infos}
         Gpu.objects.bulk_create(
             Gpu(
                 node=row,
                 index=index,
-                model=_gpu_model(infos, row.name),
+                model=models_by_name.get(row.name, ""),
                 pci_bus_id=default_pci_bus_id(row.gpu_count, index),
             )
             for row in created
             for index in range(row.gpu_count)
         )
         result.nodes_created = len(created)
-    if changed:
-        # Only the columns that changed somewhere: bulk_update's cost grows with
-        # rows x columns, and a cycle usually touches a few columns of a few rows.
-        fields = [name for name in NODE_FIELDS if name in changed_fields]
-        Node.objects.bulk_update(changed, [*fields, "updated_at", "last_seen_at"])
+    # Only the columns that changed somewhere: the write's cost grows with rows x columns.
+    fields = [name for name in NODE_FIELDS if name in changed_fields]
+    bulk_write(Node, changed, [*fields, "updated_at"])
+    _mark_seen(cluster, [stored[info.name][0] for info in infos if info.name in stored], now)
     NodeStateChange.objects.bulk_create(history)
-    _sync_node_partitions(rows, infos, partition_rows, [*new_nodes, *changed])
+    _sync_node_partitions(ids, infos, partition_rows, [*new_nodes, *changed])
     result.nodes_changed = [row.pk for row in [*new_nodes, *changed]]
-    return rows
+    return ids
+
+
+def _mark_seen(cluster: Cluster, node_ids: list[int], now: datetime) -> None:
+    """One statement for every node Slurm still reports, changed or not."""
+    if node_ids:
+        Node.objects.filter(cluster=cluster, pk__in=node_ids).update(last_seen_at=now)
+
+
+def bulk_write(model, rows: list, fields: list[str]) -> None:
+    """Write FIELDS of saved ROWS in one statement.
+
+    Django's `bulk_update` builds one `CASE WHEN id = ... THEN ...` per column,
+    which PostgreSQL evaluates row by row and Django takes long to compile; on
+    PostgreSQL an `UPDATE ... FROM (VALUES ...)` join does the same in one pass.
+    """
+    if not rows or not fields:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_update(rows, fields)
+        return
+    meta = model._meta
+    columns = [meta.get_field(name) for name in fields]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(
+        f"{quote(field.column)} = v.{quote(field.column)}::{field.db_type(connection)}"
+        for field in columns
+    )
+    aliases = ", ".join(quote(field.column) for field in [meta.pk, *columns])
+    row_sql = "(" + ", ".join(["%s"] * (len(columns) + 1)) + ")"
+    params = []
+    for row in rows:
+        params.append(row.pk)
+        params.extend(
+            field.get_db_prep_save(getattr(row, field.attname), connection) for field in columns
+        )
+    table, pk = quote(meta.db_table), quote(meta.pk.column)
+    # Only quoted names from the model's metadata are formatted in; values are parameters.
+    values_sql = ", ".join([row_sql] * len(rows))
+    sql = f"UPDATE {table} SET {assignments} FROM (VALUES {values_sql}) AS v({aliases})"  # noqa: S608
+    sql += f" WHERE {table}.{pk} = v.{pk}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 # Bus addresses of the eight GPUs of an HGX/DGX H100 board. Until an agent
@@ -290,10 +371,6 @@ def default_pci_bus_id(gpu_count: int, index: int) -> str:
     return HGX_8_GPU_BUS_IDS[index] if gpu_count == 8 else ""
 
 
-def _gpu_model(infos: Iterable[NodeInfo], name: str) -> str:
-    return next((info.gpu_model for info in infos if info.name == name), "")
-
-
 def _node_change(row: Node, old_status: str, actor: str, now: datetime) -> NodeStateChange:
     return NodeStateChange(
         node=row,
@@ -305,16 +382,16 @@ def _node_change(row: Node, old_status: str, actor: str, now: datetime) -> NodeS
     )
 
 
-def _sync_node_partitions(rows, infos, partition_rows, touched) -> None:
+def _sync_node_partitions(ids, infos, partition_rows, touched) -> None:
     """Rewrite partition links only for nodes whose partition list changed."""
     touched_names = {row.name for row in touched}
     if not touched_names:
         return
     through = Node.partitions.through
-    node_ids = [rows[info.name].pk for info in infos if info.name in touched_names]
+    node_ids = [ids[info.name] for info in infos if info.name in touched_names]
     through.objects.filter(node_id__in=node_ids).delete()
     through.objects.bulk_create(
-        through(node_id=rows[info.name].pk, partition_id=partition_rows[name].pk)
+        through(node_id=ids[info.name], partition_id=partition_rows[name].pk)
         for info in infos
         if info.name in touched_names
         for name in info.partitions
@@ -344,10 +421,11 @@ def _job_values(info: JobInfo) -> dict:
     }
 
 
-def _sync_jobs(cluster, infos, node_rows, actor, now, result) -> None:
+def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
     seen = {info.job_id: info for info in infos}
     stored = _stored_jobs(cluster, list(seen))
-    new_jobs, changed, history = [], [], []
+    comparable = _comparable_job_values()
+    new_jobs, changed, vanished, history = [], [], [], []
     changed_fields: set[str] = set()
     for job_id, info in seen.items():
         values = _job_values(info)
@@ -355,60 +433,114 @@ def _sync_jobs(cluster, infos, node_rows, actor, now, result) -> None:
         if old is None:
             new_jobs.append(Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values))
             continue
-        if old[1] == values:
+        now_values = comparable(values)
+        if old[1] == now_values:
             continue
-        row = _job_row(cluster, job_id, old)
-        differs = _apply_job_values(row, values, actor, now, history, result)
+        was = dict(zip(JOB_FIELDS, old[1], strict=True))
+        differs = [
+            name for name, value in zip(JOB_FIELDS, now_values, strict=True) if was[name] != value
+        ]
+        row = Job(pk=old[0], cluster=cluster, slurm_id=job_id, updated_at=now, **values)
+        _record_job_change(row, was["state"], was["restart_count"], actor, now, history, result)
         changed.append(row)
         changed_fields.update(differs)
-    for job_id, old in stored.items():
-        if job_id not in seen and old[1]["state"] in ACTIVE_JOB_STATES:
-            row = _job_row(cluster, job_id, old)
+    for job_id, (pk, old_values) in stored.items():
+        if job_id in seen:
+            continue
+        was = dict(zip(JOB_FIELDS, old_values, strict=True))
+        if was["state"] in ACTIVE_JOB_STATES:
+            row = Job(pk=pk, cluster=cluster, slurm_id=job_id, state=was["state"])
+            row.restart_count = was["restart_count"]
             history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
-            row.state, row.reason, row.updated_at = JobState.COMPLETED, VANISHED_REASON, now
-            row.end_at = row.end_at or now
-            changed.append(row)
-            changed_fields.update(("state", "reason", "end_at"))
+            row.state, row.reason, row.node_names = JobState.COMPLETED, VANISHED_REASON, []
+            vanished.append(row)
     if new_jobs:
         for row in Job.objects.bulk_create(new_jobs):
             history.append(_job_change(row, row.state, row.reason, actor, now, from_state=""))
         result.jobs_created = len(new_jobs)
-    if changed:
-        fields = [name for name in JOB_FIELDS if name in changed_fields]
-        Job.objects.bulk_update(changed, [*fields, "updated_at"])
+    fields = [name for name in JOB_FIELDS if name in changed_fields]
+    bulk_write(Job, changed, [*fields, "updated_at"])
+    _complete_vanished(vanished, now)
     JobStateChange.objects.bulk_create(history)
-    _sync_job_nodes([*new_jobs, *changed], node_rows)
-    result.jobs_changed = [row.pk for row in [*new_jobs, *changed]]
+    _sync_job_nodes([*new_jobs, *changed, *vanished], node_ids)
+    result.jobs_changed = [row.pk for row in [*new_jobs, *changed, *vanished]]
     result.jobs_new = [row.pk for row in new_jobs]
 
 
-def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, tuple[int, dict]]:
-    """slurm_id -> (pk, field values) of the jobs this snapshot may touch.
+def _complete_vanished(rows: list[Job], now: datetime) -> None:
+    """Active jobs Slurm no longer lists; their end time is kept when Slurm gave one."""
+    if rows:
+        Job.objects.filter(pk__in=[row.pk for row in rows]).update(
+            state=JobState.COMPLETED,
+            reason=VANISHED_REASON,
+            updated_at=now,
+            end_at=Coalesce("end_at", Value(now)),
+        )
+
+
+# PostgreSQL returns these columns as epoch microseconds and node_names as JSON
+# text: decoding 20,000 timestamps and 5,000 JSON arrays a cycle cost more than
+# the rest of the comparison, and an unchanged job needs neither decoded.
+JOB_DATETIME_FIELDS = frozenset({"submit_at", "start_at", "end_at", "eligible_at"})
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+class EpochMicroseconds(Func):
+    """A timestamp as integer microseconds since the epoch (exact, unlike a float)."""
+
+    output_field = BigIntegerField()
+    template = "CAST(EXTRACT(EPOCH FROM %(expressions)s) * 1000000 AS bigint)"
+
+
+def _compare_in_database() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _job_column(name: str):
+    """How _stored_jobs() reads the job field NAME on PostgreSQL."""
+    if name in JOB_DATETIME_FIELDS:
+        return EpochMicroseconds(name)
+    if name == "node_names":
+        return Cast(name, TextField())
+    return F(name)
+
+
+def _comparable(name: str, value):
+    """A _job_values() value in the form _job_column(name) reads it back."""
+    if name in JOB_DATETIME_FIELDS:
+        return None if value is None else (value - EPOCH) // ONE_MICROSECOND
+    if name == "node_names":
+        # jsonb prints `["a", "b"]` with non-ASCII as is: the same as this.
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _comparable_job_values():
+    """A function from _job_values() to the tuple _stored_jobs() holds for the same job."""
+    if not _compare_in_database():
+        return lambda values: tuple(values[name] for name in JOB_FIELDS)
+    return lambda values: tuple(_comparable(name, values[name]) for name in JOB_FIELDS)
+
+
+def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, tuple[int, tuple]]:
+    """slurm_id -> (pk, JOB_FIELDS values) of the jobs this snapshot may touch.
 
     Plain values, not model instances: thousands of unchanged jobs are compared
     every cycle, and only the few that changed become instances to write.
     """
     wanted = Q(state__in=ACTIVE_JOB_STATES) | Q(slurm_id__in=job_ids)
-    rows = Job.objects.filter(wanted, cluster=cluster).values_list("pk", "slurm_id", *JOB_FIELDS)
-    return {
-        slurm_id: (pk, dict(zip(JOB_FIELDS, values, strict=True))) for pk, slurm_id, *values in rows
-    }
+    rows = Job.objects.filter(wanted, cluster=cluster)
+    if _compare_in_database():
+        expressions = {f"compare_{name}": _job_column(name) for name in JOB_FIELDS}
+        rows = rows.annotate(**expressions).values_list("pk", "slurm_id", *expressions)
+    else:
+        rows = rows.values_list("pk", "slurm_id", *JOB_FIELDS)
+    return {slurm_id: (pk, tuple(values)) for pk, slurm_id, *values in rows}
 
 
-def _job_row(cluster: Cluster, job_id: int, stored: tuple[int, dict]) -> Job:
-    pk, values = stored
-    return Job(pk=pk, cluster=cluster, slurm_id=job_id, **values)
-
-
-def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> list[str]:
-    """Apply VALUES to ROW with its history; returns the names of the fields that changed."""
-    differs = [name for name in JOB_FIELDS if getattr(row, name) != values[name]]
-    if not differs:
-        return differs
-    old_state, old_restarts = row.state, row.restart_count
-    for name in differs:
-        setattr(row, name, values[name])
-    row.updated_at = now
+def _record_job_change(row: Job, old_state, old_restarts, actor, now, history, result) -> None:
+    """History rows for ROW, which now holds the snapshot's values."""
     restarted = row.restart_count > old_restarts or (
         old_state == JobState.RUNNING and row.state == JobState.PENDING
     )
@@ -422,7 +554,6 @@ def _apply_job_values(row: Job, values: dict, actor, now, history, result) -> li
             )
     elif old_state != row.state:
         history.append(_job_change(row, row.state, row.reason, actor, now, from_state=old_state))
-    return differs
 
 
 def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobStateChange:
@@ -437,18 +568,18 @@ def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobSta
     )
 
 
-def _sync_job_nodes(touched: list[Job], node_rows: dict[str, Node]) -> None:
+def _sync_job_nodes(touched: list[Job], node_ids: dict[str, int]) -> None:
     if not touched:
         return
     through = Job.nodes.through
     job_ids = [row.pk for row in touched]
     through.objects.filter(job_id__in=job_ids).delete()
     through.objects.bulk_create(
-        through(job_id=row.pk, node_id=node_rows[name].pk)
+        through(job_id=row.pk, node_id=node_ids[name])
         for row in touched
         if row.state in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED)
         for name in row.node_names
-        if name in node_rows
+        if name in node_ids
     )
 
 

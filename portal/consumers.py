@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import DatabaseError
 
 from portal import live
-from portal.roles import ANY_ROLE, Role, has_role
+from portal.roles import Role, roles_of
+
+logger = logging.getLogger(__name__)
+
+# 4403: no role. 1013 ("try again later"): the database could not answer, so the
+# browser's ws extension reconnects instead of treating it as a server bug (1011).
+CLOSE_FORBIDDEN = 4403
+CLOSE_TRY_AGAIN = 1013
 
 
 def _requested_topics(query_string: bytes) -> tuple[str, ...]:
@@ -17,14 +26,24 @@ def _requested_topics(query_string: bytes) -> tuple[str, ...]:
     return tuple(topic for topic in topics if topic in live.ALL_GROUPS) or (live.BOARD_GROUP,)
 
 
-def _groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
-    """Researchers get only their own jobs' rows; admins and managers get all."""
+def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
+    """The groups USER may join for TOPICS; () when USER has no role.
+
+    One synchronous call per connect: a thousand boards reconnecting at once
+    otherwise queue three database round trips each on the one thread that
+    channels runs database work on. Researchers get only their own jobs' rows;
+    admins and managers get all.
+    """
     from jobs.accounts import unix_user_for
     from jobs.live import user_jobs_group
 
+    roles = roles_of(user)
+    if not roles:
+        return ()
+    sees_all_jobs = bool(roles & {Role.ADMIN, Role.MANAGER})
     groups = []
     for topic in topics:
-        if topic == live.JOBS_GROUP and not has_role(user, Role.ADMIN, Role.MANAGER):
+        if topic == live.JOBS_GROUP and not sees_all_jobs:
             groups.append(user_jobs_group(unix_user_for(user)))
         else:
             groups.append(topic)
@@ -39,14 +58,20 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(has_role)(user, *ANY_ROLE):
-            await self.close(code=4403)
+        topics = _requested_topics(self.scope.get("query_string", b""))
+        try:
+            groups = await database_sync_to_async(groups_for)(user, topics)
+        except DatabaseError:
+            logger.warning("Live socket refused: database unavailable", exc_info=True)
+            await self.close(code=CLOSE_TRY_AGAIN)
+            return
+        if not groups:
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         live.register_consumer_loop(asyncio.get_running_loop())
-        topics = _requested_topics(self.scope.get("query_string", b""))
-        self.groups_joined = await database_sync_to_async(_groups_for)(user, topics)
-        for group in self.groups_joined:
+        for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        self.groups_joined = groups
         await self.accept()
 
     async def disconnect(self, code: int) -> None:

@@ -71,13 +71,13 @@ def _group_send(group: str, message: dict) -> None:
 
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
-    from clusters.board import BoardFilter, board_rows, cluster_gpu_counts, render_tile
+    from clusters.board import BoardFilter, board_rows, cluster_gpu_counts, render_tiles
 
     node_ids = list(node_ids)
     if not node_ids:
         return
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
-    tiles = "".join(render_tile(row, gpus.get(row["id"], []), oob=True) for row in rows)
+    tiles = render_tiles(rows, gpus, oob=True)
     counts = render_to_string(
         "clusters/partials/counts.html", {"counts": cluster_gpu_counts(), "oob": True}
     )

@@ -98,7 +98,14 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 10},
+            # redis-py 8 reads with a 5 s socket timeout by default, exactly the 5 s
+            # that channels_redis blocks in BZPOPMIN waiting for a message: a quiet
+            # spell then raised TimeoutError and closed every socket with 1011.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "capacity": 1500,
+                "expiry": 10,
+            },
         }
     }
     CACHES = {

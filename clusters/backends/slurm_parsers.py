@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from functools import lru_cache
 from typing import Any
 
 from clusters.backends.base import (
@@ -49,6 +50,17 @@ FLAG_ALIASES = {
 
 BASE_STATE_ALIASES = {"alloc": "allocated", "mix": "mixed", "unk": "unknown"}
 
+# A sync parses thousands of records a cycle; these are compiled once.
+LEADING_INT = re.compile(r"\s*(\d+)")
+HOST_RANGE = re.compile(r"\[([^\]]*)\]")
+GRES_SUFFIX = re.compile(r"\(.*?\)")
+GRES_PREFIX = re.compile(r"^gres[:/]")
+REASON_STAMP = re.compile(r"^(.*?)\s*\[([^@\]]*)@([^\]]+)\]\s*$")
+SCONTROL_KEY = re.compile(r"[A-Za-z_][\w:/]*")
+# Slurm repeats the same GRES, TRES and hostlist strings across thousands of
+# records; their parsed forms are immutable, so each distinct string is parsed once.
+PARSE_CACHE_SIZE = 4096
+
 
 # ---------------------------------------------------------------- small values
 
@@ -58,6 +70,15 @@ def plain_number(value: Any) -> int | None:
 
     None when unset, infinite or a NO_VAL sentinel.
     """
+    # The two shapes Slurm prints, first: 22.05's plain numbers, 24.11's objects.
+    if type(value) is int:
+        return None if value in UNSET_NUMBERS else value
+    if type(value) is dict:
+        if not value.get("set", False) or value.get("infinite", False):
+            return None
+        value = value.get("number")
+        if type(value) is int:
+            return None if value in UNSET_NUMBERS else value
     if isinstance(value, Mapping):
         if not value.get("set", False) or value.get("infinite", False):
             return None
@@ -126,7 +147,7 @@ def duration_minutes(value: str | None) -> int | None:
 
 
 def text_or_empty(value: Any) -> str:
-    if value is None:
+    if value is None or value == "":
         return ""
     text = str(value).strip()
     return "" if text in {"(null)", "None", "N/A"} else text
@@ -134,7 +155,7 @@ def text_or_empty(value: Any) -> str:
 
 def first_int(value: str | None, default: int = 0) -> int:
     """The leading integer of `4-4`, `2`, `alice(2001)`-style values."""
-    match = re.match(r"\s*(\d+)", value or "")
+    match = LEADING_INT.match(value or "")
     return int(match.group(1)) if match else default
 
 
@@ -143,7 +164,16 @@ def first_int(value: str | None, default: int = 0) -> int:
 
 def expand_hostlist(expression: str | None) -> tuple[str, ...]:
     """Node names from a Slurm hostlist: `gpu-[01-03,05]`, `node[1-2]-ib`, `a,b`."""
-    text = (expression or "").strip()
+    if not expression:
+        return ()
+    if isinstance(expression, str):
+        return _expand_hostlist(expression)
+    return _expand_hostlist.__wrapped__(expression)
+
+
+@lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _expand_hostlist(expression: str) -> tuple[str, ...]:
+    text = expression.strip()
     if text in TEXT_NONE_VALUES or text == "None assigned":
         return ()
     names: list[str] = []
@@ -166,7 +196,7 @@ def split_outside_brackets(text: str) -> list[str]:
 
 
 def expand_one_host_pattern(pattern: str) -> list[str]:
-    match = re.search(r"\[([^\]]*)\]", pattern)
+    match = HOST_RANGE.search(pattern)
     if not match:
         return [pattern]
     prefix, suffix = pattern[: match.start()], pattern[match.end() :]
@@ -201,13 +231,24 @@ class Gres:
 def parse_gres(text: str | None) -> list[Gres]:
     """Entries of a GRES string: `gpu:h100:8`, `gpu:8`, `gpu:h100:8(S:0),nic:1`,
     `gpu:h100:4(IDX:0-3)`. The `(S:..)`/`(IDX:..)` suffixes are dropped."""
+    return list(_gres_entries(text or ""))
+
+
+def _gres_entries(text: str) -> tuple[Gres, ...]:
+    if isinstance(text, str):
+        return _cached_gres_entries(text)
+    return _cached_gres_entries.__wrapped__(text)
+
+
+@lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _cached_gres_entries(text: str) -> tuple[Gres, ...]:
     entries = []
-    for raw in split_outside_parentheses(text or ""):
-        entry = re.sub(r"\(.*?\)", "", raw).strip()
+    for raw in split_outside_parentheses(text):
+        entry = GRES_SUFFIX.sub("", raw).strip()
         if not entry or entry in TEXT_NONE_VALUES:
             continue
         # 22.05 job fields say "gres:gpu:8", 24.11 "gres/gpu:h100:4".
-        entry = re.sub(r"^gres[:/]", "", entry)
+        entry = GRES_PREFIX.sub("", entry)
         fields = entry.split(":")
         if len(fields) >= 3 and fields[-1].isdigit():
             entries.append(Gres(fields[0], ":".join(fields[1:-1]), int(fields[-1])))
@@ -217,7 +258,7 @@ def parse_gres(text: str | None) -> list[Gres]:
             entries.append(Gres(fields[0], fields[1], 1))
         else:
             entries.append(Gres(fields[0], "", 1))
-    return entries
+    return tuple(entries)
 
 
 def split_outside_parentheses(text: str) -> list[str]:
@@ -234,11 +275,15 @@ def split_outside_parentheses(text: str) -> list[str]:
 
 
 def gpu_count(gres_text: str | None) -> int:
-    return sum(entry.count for entry in parse_gres(gres_text) if entry.name == "gpu")
+    if not gres_text:
+        return 0
+    return sum(entry.count for entry in _gres_entries(gres_text) if entry.name == "gpu")
 
 
 def gpu_model(gres_text: str | None) -> str:
-    for entry in parse_gres(gres_text):
+    if not gres_text:
+        return ""
+    for entry in _gres_entries(gres_text):
         if entry.name == "gpu" and entry.type:
             return entry.type
     return ""
@@ -249,7 +294,16 @@ def tres_gpus(tres_text: str | None) -> int | None:
 
     Typed entries (`gres/gpu:h100=8`) repeat the untyped total, so only that counts.
     """
-    for item in (tres_text or "").split(","):
+    if not tres_text:
+        return None
+    if isinstance(tres_text, str):
+        return _tres_gpus(tres_text)
+    return _tres_gpus.__wrapped__(tres_text)
+
+
+@lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _tres_gpus(tres_text: str) -> int | None:
+    for item in tres_text.split(","):
         key, _, value = item.partition("=")
         if key.strip() == "gres/gpu" and value.strip().isdigit():
             return int(value)
@@ -293,7 +347,7 @@ def text_reason(
 ) -> tuple[str, datetime | None, str]:
     """`xid 79 [root@2026-11-29T08:17:51]` -> reason, when set, by whom (text form)."""
     text = text_or_empty(value)
-    match = re.match(r"^(.*?)\s*\[([^@\]]*)@([^\]]+)\]\s*$", text)
+    match = REASON_STAMP.match(text)
     if not match:
         return text, None, ""
     return match.group(1), text_time(match.group(3), local_tz), match.group(2)
@@ -333,7 +387,7 @@ def parse_scontrol_line(line: str, record: dict[str, str], *, free_text_reason: 
     while index < len(words):
         word = words[index]
         key, sep, value = word.partition("=")
-        if sep and re.fullmatch(r"[A-Za-z_][\w:/]*", key):
+        if sep and SCONTROL_KEY.fullmatch(key):
             if key == "Reason" and free_text_reason:
                 record[key] = " ".join([value, *words[index + 1 :]]).strip()
                 return
