@@ -166,14 +166,16 @@ class SyntheticSlurm:
         return parse_scontrol_partitions(self.partition_text)
 
     def nodes(self):
+        from clusters.backends.slurm import decode_json
         from clusters.backends.slurm_parsers import parse_nodes_json
 
-        return parse_nodes_json(json.loads(self.node_text))
+        return parse_nodes_json(decode_json(self.node_text))
 
     def jobs(self):
+        from clusters.backends.slurm import decode_json
         from clusters.backends.slurm_parsers import parse_jobs_json
 
-        return parse_jobs_json(json.loads(self.job_text))
+        return parse_jobs_json(decode_json(self.job_text))
 
     def configured_partitions(self) -> dict[str, tuple[str, ...]]:
         return {name: tuple(members) for name, members in self.layout.items()}
