@@ -15,7 +15,7 @@ def test_it_raises_nvml_unavailable_when_pynvml_is_not_installed(monkeypatch):
 
 
 class FakeNvmlError(Exception):
-    pass
+    """Stands in for pynvml.NVMLError."""
 
 
 def fake_pynvml(**overrides):

@@ -39,7 +39,7 @@ def webhook():
             self.end_headers()
 
         def log_message(self, *args):
-            pass
+            """Keep the test output quiet."""
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

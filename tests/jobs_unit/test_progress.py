@@ -27,7 +27,7 @@ class Recorder(BaseHTTPRequestHandler):
         self.end_headers()
 
     def log_message(self, *args):
-        pass
+        """Keep the test output quiet."""
 
 
 @pytest.fixture

@@ -81,7 +81,7 @@ def _key(route: str, name: str | None, namespace: str | None) -> str:
 
 
 class UnknownParameter(LookupError):
-    pass
+    """A URL parameter the registry cannot fill: register it so the matrix covers the URL."""
 
 
 Filler = Callable[[object], object]
