@@ -11,15 +11,15 @@ from clusters.remediation.transitions import ACTIVE, RunStatus
 
 class Action(models.TextChoices):
     NOTIFY = "notify"
-    RESTART_APP = "restart_app"
+    RESTART_APP = "restart_app", "Restart jobs"
     CORDON = "cordon"
     UNCORDON = "uncordon"
     DRAIN = "drain"
-    RESET_GPU = "reset_gpu"
+    RESET_GPU = "reset_gpu", "Reset GPU"
     REBOOT = "reboot"
     REPLACE = "replace"
-    TO_INFERENCE = "to_inference"
-    TO_TRAINING = "to_training"
+    TO_INFERENCE = "to_inference", "Move to inference"
+    TO_TRAINING = "to_training", "Move to training"
 
 
 class Trigger(models.TextChoices):
