@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.urls import reverse
 
 from clusters.models import Gpu, GpuHealth, Node, NodeStatus
@@ -62,6 +62,18 @@ class GpuCounts:
     failed: int = 0
     in_remediation: int = 0
 
+    def add(self, health: str, node_status: str, number: int = 1) -> None:
+        """A failed GPU counts as failed wherever it is; others on an out-of-service
+        node count as in remediation."""
+        if health == GpuHealth.FAILED:
+            self.failed += number
+        elif node_status in OUT_OF_SERVICE:
+            self.in_remediation += number
+        elif health == GpuHealth.DEGRADED:
+            self.degraded += number
+        else:
+            self.healthy += number
+
     @property
     def total(self) -> int:
         return self.healthy + self.degraded + self.failed + self.in_remediation
@@ -87,16 +99,8 @@ def board_rows(node_filter: BoardFilter, node_ids=None) -> tuple[list[dict], dic
 def count_gpus(rows: list[dict], gpus: dict[int, list]) -> GpuCounts:
     counts = GpuCounts()
     for row in rows:
-        out = row["status"] in OUT_OF_SERVICE
         for _index, health, _reason in gpus.get(row["id"], ()):
-            if health == GpuHealth.FAILED:
-                counts.failed += 1
-            elif out:
-                counts.in_remediation += 1
-            elif health == GpuHealth.DEGRADED:
-                counts.degraded += 1
-            else:
-                counts.healthy += 1
+            counts.add(health, row["status"])
     return counts
 
 
@@ -105,14 +109,7 @@ def cluster_gpu_counts() -> GpuCounts:
     counts = GpuCounts()
     grouped = Gpu.objects.values_list("health", "node__status").annotate(n=Count("id")).order_by()
     for health, status, number in grouped:
-        if health == GpuHealth.FAILED:
-            counts.failed += number
-        elif status in OUT_OF_SERVICE:
-            counts.in_remediation += number
-        elif health == GpuHealth.DEGRADED:
-            counts.degraded += number
-        else:
-            counts.healthy += number
+        counts.add(health, status, number)
     return counts
 
 
@@ -162,7 +159,3 @@ def render_tiles(rows: list[dict], gpus: dict[int, list], *, oob: bool = False) 
     return "".join(
         [render_tile(row, gpus.get(row["id"], []), oob=oob, url_template=template) for row in rows]
     )
-
-
-def out_of_service_filter() -> Q:
-    return Q(status__in=OUT_OF_SERVICE)

@@ -183,16 +183,25 @@ def _expand_hostlist(expression: str) -> tuple[str, ...]:
 
 
 def split_outside_brackets(text: str) -> list[str]:
+    return [part.strip() for part in split_top_level(text, "[]") if part.strip()]
+
+
+def split_top_level(text: str, pair: str) -> list[str]:
+    """Split TEXT at commas that are not inside PAIR (e.g. "[]" or "()")."""
+    opening, closing = pair
     parts, depth, current = [], 0, []
     for char in text:
         if char == "," and depth == 0:
             parts.append("".join(current))
             current = []
             continue
-        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == opening:
+            depth += 1
+        elif char == closing:
+            depth -= 1
         current.append(char)
     parts.append("".join(current))
-    return [part.strip() for part in parts if part.strip()]
+    return parts
 
 
 def expand_one_host_pattern(pattern: str) -> list[str]:
@@ -243,7 +252,7 @@ def _gres_entries(text: str) -> tuple[Gres, ...]:
 @lru_cache(maxsize=PARSE_CACHE_SIZE)
 def _cached_gres_entries(text: str) -> tuple[Gres, ...]:
     entries = []
-    for raw in split_outside_parentheses(text):
+    for raw in split_top_level(text, "()"):
         entry = GRES_SUFFIX.sub("", raw).strip()
         if not entry or entry in TEXT_NONE_VALUES:
             continue
@@ -259,19 +268,6 @@ def _cached_gres_entries(text: str) -> tuple[Gres, ...]:
         else:
             entries.append(Gres(fields[0], "", 1))
     return tuple(entries)
-
-
-def split_outside_parentheses(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-            continue
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        current.append(char)
-    parts.append("".join(current))
-    return parts
 
 
 def gpu_count(gres_text: str | None) -> int:

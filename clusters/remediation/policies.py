@@ -95,16 +95,7 @@ def decide(incident: Incident, *, policies: dict | None = None) -> Decision:
     candidates = [_for_xid(incident, xid, policies) for xid in incident.xids or []]
     if not candidates:
         candidates = _for_checks(incident, policies)
-    base = Decision(
-        node=incident.node.name,
-        incident_id=incident.pk,
-        at=incident.opened_at,
-        xid=None,
-        action=None,
-        mode=Mode.AUTOMATIC,
-        reason="nothing to do",
-        gpu=incident.gpu_index,
-    )
+    base = _no_action(incident, "nothing to do")
     return max([base, *candidates], key=lambda d: ACTION_RANK.index(d.action))
 
 
@@ -204,6 +195,10 @@ def on_incidents(incident_ids: list[int]) -> list[Decision]:
 
 
 def _already_handled(incident: Incident) -> Decision:
+    return _no_action(incident, "a run already handles this incident", "already handled")
+
+
+def _no_action(incident: Incident, reason: str, outcome: str = "") -> Decision:
     return Decision(
         node=incident.node.name,
         incident_id=incident.pk,
@@ -211,9 +206,9 @@ def _already_handled(incident: Incident) -> Decision:
         xid=None,
         action=None,
         mode=Mode.AUTOMATIC,
-        reason="a run already handles this incident",
+        reason=reason,
         gpu=incident.gpu_index,
-        outcome="already handled",
+        outcome=outcome,
     )
 
 
