@@ -13,8 +13,8 @@ import pwd
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
-from datetime import tzinfo
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,9 @@ SINFO_JSON_SINCE = (21, 8)
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 OUTPUT_MODES = ("auto", "json", "text")
+# Slurm's times have whole-second resolution: two seconds after the requeue's
+# timestamp is surely a later second than the revoked credential's.
+RELEASE_AFTER_REQUEUE = timedelta(seconds=2)
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SAFE_USER = re.compile(r"^[a-z_][a-z0-9_.-]*\$?$")
@@ -56,6 +59,10 @@ def decode_json(text: str) -> Any:
     """Slurm's JSON, decoded with orjson: a 1,000-node `squeue --json` is tens of MB,
     and the standard library's decoder was most of a sync cycle."""
     return orjson.loads(text)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 class SlurmBackend:
@@ -71,6 +78,7 @@ class SlurmBackend:
         output: str = "auto",
         runner: Runner = run_command,
         local_tz: tzinfo | None = None,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if output not in OUTPUT_MODES:
             raise ValueError(f"output must be one of {OUTPUT_MODES}, not {output!r}")
@@ -79,6 +87,7 @@ class SlurmBackend:
         self.output = output
         self.runner = runner
         self.local_tz = local_tz
+        self.clock = clock
 
     # ------------------------------------------------------------ running commands
 
@@ -264,9 +273,11 @@ class SlurmBackend:
     def start_now(self, job_id: int) -> None:
         """Makes a requeued job eligible at once.
 
-        Issued while the previous run's allocation is still being torn down it
-        can kill the job ("Job credential revoked"), so refuse until the job is
-        PENDING with nothing left on its nodes.
+        slurmd refuses a launch whose credential is not newer, to the second,
+        than the one it revoked when the previous run was killed; a release
+        that lands in that second kills the job ("Job credential revoked").
+        So refuse until the job is PENDING with nothing left on its nodes and
+        its requeue (Slurm resets the submit time then) is a whole second old.
         """
         job = self.job(job_id)
         if job.state != "PENDING" or job.nodes:
@@ -274,6 +285,13 @@ class SlurmBackend:
                 f"job {job_id} is {job.state}; start_now needs a pending job whose old "
                 "allocation is gone",
                 permanent=job.state not in {"COMPLETING", "REQUEUED", "RUNNING", "CONFIGURING"},
+            )
+        requeued_at = job.submit_time
+        if requeued_at is not None and self.clock() < requeued_at + RELEASE_AFTER_REQUEUE:
+            raise BackendError(
+                f"job {job_id} was requeued at {requeued_at:%H:%M:%S}; start_now waits "
+                f"{RELEASE_AFTER_REQUEUE.seconds} s so the old credential cannot match",
+                permanent=False,
             )
         self.run(["scontrol", "update", f"jobid={int(job_id)}", "starttime=now"])
 

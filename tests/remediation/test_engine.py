@@ -293,3 +293,48 @@ def test_a_replace_step_rerun_after_the_swap_takes_no_second_spare(sim, synced, 
     assert run.context["replacement"] == "gpu-06"
     assert sim.spare_capacity() == ["gpu-07"]
     assert run.steps.filter(name="replace").last().outcome == StepOutcome.SKIPPED
+
+
+def kill_on_early_release(sim):
+    """Slurm's "Job credential revoked": the released job fails instead of starting."""
+
+    def revoked(job_id):
+        job = sim.job(job_id)
+        job.state, job.nodes, job.end_time = "FAILED", [], sim.now
+
+    sim.start_now = revoked
+
+
+def test_a_job_killed_by_its_early_release_is_requeued_again_and_left_to_slurm(
+    sim, synced, training_job, engine
+):
+    kill_on_early_release(sim)
+    sim.requeue_hold = timedelta(seconds=6)  # Slurm's with cred_expire=5
+    run = replace_run()
+    drive(engine, sim, synced, rounds=30)
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED, run.message
+    job = sim.job(training_job)
+    assert (job.state, job.restart_count) == ("RUNNING", 2)
+    release = run.steps.filter(name="release_jobs").last()
+    assert "requeued again after its early release was refused, and running" in release.message
+
+
+def test_a_killed_job_that_cannot_be_requeued_again_needs_attention(
+    sim, synced, training_job, engine
+):
+    kill_on_early_release(sim)
+    requeue = sim.requeue_job
+
+    def refuse_finished(job_id, *, hold=False):
+        if sim.job(job_id).state == "FAILED":
+            raise BackendError("Invalid job id specified", permanent=True)
+        requeue(job_id, hold=hold)
+
+    sim.requeue_job = refuse_finished
+    run = replace_run()
+    drive(engine, sim, synced, rounds=50)
+    run.refresh_from_db()
+    assert run.status == RunStatus.NEEDS_ATTENTION
+    assert f"job {training_job} killed after its early release (FAILED)" in run.message
+    assert "not requeueable: Invalid job id specified" in run.message

@@ -30,15 +30,17 @@ ONE_NODE = "#!/bin/bash\n#SBATCH -N1 --gres=gpu:8 --time=10\nsleep 600\n"
 TRAIN = ("gpu-01", "gpu-02", "gpu-03", "gpu-04")
 
 
-def eventually(check, timeout_s: float, interval_s: float = 0.3):
-    """Calls CHECK until it returns something truthy; returns that or fails."""
+def eventually(check, timeout_s: float, interval_s: float = 0.3, explain=None):
+    """Calls CHECK until it returns something truthy; returns that or fails,
+    saying what EXPLAIN() returns about the state it was left in."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {timeout_s}s waiting for {check.__doc__}")
+            seen = f"; found {explain()}" if explain else ""
+            pytest.fail(f"gave up after {timeout_s}s waiting for {check.__doc__}{seen}")
         time.sleep(interval_s)
 
 
@@ -134,7 +136,16 @@ def test_an_early_release_waits_for_the_old_allocation_and_the_job_survives(clus
         return True
 
     eventually(released, timeout_s=15, interval_s=0.2)
-    job = eventually(synced_job(cluster, slurm, job_id, "RUNNING", restart_count=1), timeout_s=8)
+
+    def in_slurm():
+        job = slurm.job(job_id)
+        return f"{job.state} ({job.reason}), restarts {job.restart_count}"
+
+    job = eventually(
+        synced_job(cluster, slurm, job_id, "RUNNING", restart_count=1),
+        timeout_s=8,
+        explain=in_slurm,
+    )
     time.sleep(2)  # a revoked credential kills the job within a moment; make sure it did not
     sync_once(cluster, slurm)
     job.refresh_from_db()

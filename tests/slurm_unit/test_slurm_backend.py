@@ -3,6 +3,7 @@
 import json
 import os
 import pwd
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -242,6 +243,29 @@ def test_start_now_makes_a_pending_job_eligible():
     fake = FakeSlurm({("scontrol", "-o", "-d", "show", "job"): (0, pending, "")})
     backend_with(fake).start_now(5)
     assert fake.commands()[-1] == ["scontrol", "update", "jobid=5", "starttime=now"]
+
+
+REQUEUED_AT_08_00_00 = (
+    "JobId=5 JobName=x UserId=root(0) JobState=PENDING Reason=BeginTime "
+    "SubmitTime=2026-11-29T08:00:00 NodeList="
+)
+
+
+@pytest.mark.parametrize(
+    ("now", "released"),
+    [("08:00:00.2", False), ("08:00:01.9", False), ("08:00:02.0", True), ("08:00:07", True)],
+)
+def test_start_now_waits_until_the_requeue_is_a_whole_second_old(now, released):
+    fake = FakeSlurm({("scontrol", "-o", "-d", "show", "job"): (0, REQUEUED_AT_08_00_00, "")})
+    clock = lambda: datetime.fromisoformat(f"2026-11-29T{now}+00:00")  # noqa: E731
+    backend = backend_with(fake, local_tz=UTC, clock=clock)
+    if released:
+        backend.start_now(5)
+    else:
+        with pytest.raises(BackendError, match="was requeued at 08:00:00") as caught:
+            backend.start_now(5)
+        assert caught.value.permanent is False
+    assert (["scontrol", "update", "jobid=5", "starttime=now"] in fake.commands()) is released
 
 
 @pytest.mark.parametrize(

@@ -160,7 +160,7 @@ def release_jobs(run, ctx):
         waited = ctx.since("requeued_at")
         if waited is not None and waited.total_seconds() > RELEASE_PATIENCE_S:
             return succeeded(f"left job(s) {_ids(waits)} to Slurm's own start; " + _join(notes))
-        verifying = all(str(job_id) in releases for job_id in waits)
+        verifying = all("released_at" in releases.get(str(job_id), {}) for job_id in waits)
         pause = min(1.0, _verify_after(ctx)) if verifying else 1.0
         return waiting(f"waiting to release job(s) {_ids(waits)} safely", pause)
     restarted = [int(key) for key, state in releases.items() if state.get("verified")]
@@ -177,9 +177,18 @@ def _release_one(ctx, job_id, info, releases, busy) -> str | None:
     if info is None:
         return "is gone from Slurm"
     if info.state in FINISHED:
-        if record.get("released_at") and info.state != "COMPLETED":
-            return f"killed after its early release ({info.state})"
+        if info.state == "COMPLETED":
+            return f"ended as {info.state}"
+        if record.get("left_to_slurm"):
+            return f"killed again after its second requeue ({info.state})"
+        if record.get("released_at"):
+            return _requeue_after_a_bad_release(ctx, job_id, info, releases)
         return f"ended as {info.state}"
+    if record.get("left_to_slurm"):
+        if info.state in ("RUNNING", "CONFIGURING"):
+            record["verified"] = True
+            return "requeued again after its early release was refused, and running"
+        return None
     if record.get("released_at"):
         if ctx.seconds_since(record["released_at"]) < _verify_after(ctx):
             return None
@@ -188,11 +197,31 @@ def _release_one(ctx, job_id, info, releases, busy) -> str | None:
     if info.state in ("RUNNING", "CONFIGURING"):
         return "already running"
     # Released before the old allocation is gone, Slurm once killed the job with
-    # "Job credential revoked": wait until it is PENDING with no node completing.
+    # "Job credential revoked": wait until it is PENDING with no node completing,
+    # and while the backend itself says it is too early.
     if info.state != "PENDING" or info.nodes or busy & set(_old_nodes(ctx, job_id)):
         return None
-    ctx.backend.start_now(job_id)
+    try:
+        ctx.backend.start_now(job_id)
+    except BackendError as error:
+        if error.permanent:
+            raise
+        return None
     releases[str(job_id)] = {"released_at": ctx.now.isoformat()}
+    return None
+
+
+def _requeue_after_a_bad_release(ctx, job_id, info, releases) -> str | None:
+    """Slurm can still refuse an early release ("Job credential revoked") and
+    fail the job; requeue it once more and leave its start to Slurm, which
+    waits out the old credential itself."""
+    try:
+        ctx.backend.requeue_job(job_id)
+    except BackendError as error:
+        if not error.permanent:
+            raise
+        return f"killed after its early release ({info.state}) and not requeueable: {error}"
+    releases[str(job_id)] = {"left_to_slurm": True, "requeued_again_at": ctx.now.isoformat()}
     return None
 
 
