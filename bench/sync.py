@@ -172,10 +172,9 @@ class SyntheticSlurm:
         return parse_nodes_json(decode_json(self.node_text))
 
     def jobs(self):
-        from clusters.backends.slurm import decode_json
-        from clusters.backends.slurm_parsers import parse_jobs_json
+        from clusters.backends.slurm_parsers import decode_jobs_json, parse_jobs_json
 
-        return parse_jobs_json(decode_json(self.job_text))
+        return parse_jobs_json(decode_jobs_json(self.job_text))
 
     def configured_partitions(self) -> dict[str, tuple[str, ...]]:
         return {name: tuple(members) for name, members in self.layout.items()}

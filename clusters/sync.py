@@ -10,6 +10,7 @@ nothing: an unreachable controller is recorded as an outage, never read as
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import logging
 import re
@@ -424,36 +425,35 @@ def _job_values(info: JobInfo) -> dict:
 def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
     seen = {info.job_id: info for info in infos}
     stored = _stored_jobs(cluster, list(seen))
-    comparable = _comparable_job_values()
-    new_jobs, changed, vanished, history = [], [], [], []
-    changed_fields: set[str] = set()
+    job_key = _job_key_function()
+    new_jobs, candidates = [], []
     for job_id, info in seen.items():
         values = _job_values(info)
         old = stored.get(job_id)
         if old is None:
             new_jobs.append(Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values))
+        elif old.key != job_key(values):
+            candidates.append((job_id, old.pk, values))
+    changed, history, changed_fields = [], [], set()
+    stored_values = _stored_job_values([pk for _, pk, _ in candidates])
+    for job_id, pk, values in candidates:
+        was = stored_values[pk]
+        differs = [name for name in JOB_FIELDS if was[name] != values[name]]
+        if not differs:
             continue
-        now_values = comparable(values)
-        if old[1] == now_values:
-            continue
-        was = dict(zip(JOB_FIELDS, old[1], strict=True))
-        differs = [
-            name for name, value in zip(JOB_FIELDS, now_values, strict=True) if was[name] != value
-        ]
-        row = Job(pk=old[0], cluster=cluster, slurm_id=job_id, updated_at=now, **values)
+        row = Job(pk=pk, cluster=cluster, slurm_id=job_id, updated_at=now, **values)
         _record_job_change(row, was["state"], was["restart_count"], actor, now, history, result)
         changed.append(row)
         changed_fields.update(differs)
-    for job_id, (pk, old_values) in stored.items():
-        if job_id in seen:
+    vanished = []
+    for job_id, old in stored.items():
+        if job_id in seen or old.state not in ACTIVE_JOB_STATES:
             continue
-        was = dict(zip(JOB_FIELDS, old_values, strict=True))
-        if was["state"] in ACTIVE_JOB_STATES:
-            row = Job(pk=pk, cluster=cluster, slurm_id=job_id, state=was["state"])
-            row.restart_count = was["restart_count"]
-            history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
-            row.state, row.reason, row.node_names = JobState.COMPLETED, VANISHED_REASON, []
-            vanished.append(row)
+        row = Job(pk=old.pk, cluster=cluster, slurm_id=job_id, state=old.state)
+        row.restart_count = old.restart_count
+        history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
+        row.state, row.reason, row.node_names = JobState.COMPLETED, VANISHED_REASON, []
+        vanished.append(row)
     if new_jobs:
         for row in Job.objects.bulk_create(new_jobs):
             history.append(_job_change(row, row.state, row.reason, actor, now, from_state=""))
@@ -478,10 +478,64 @@ def _complete_vanished(rows: list[Job], now: datetime) -> None:
         )
 
 
-# PostgreSQL returns these columns as epoch microseconds and node_names as JSON
-# text: decoding 20,000 timestamps and 5,000 JSON arrays a cycle cost more than
-# the rest of the comparison, and an unchanged job needs neither decoded.
-JOB_DATETIME_FIELDS = frozenset({"submit_at", "start_at", "end_at", "eligible_at"})
+class StoredJob(NamedTuple):
+    """What the diff needs of a stored job: KEY tells whether it changed at all."""
+
+    pk: int
+    state: str
+    restart_count: int
+    key: object
+
+
+def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
+    """slurm_id -> StoredJob for the jobs this snapshot may touch.
+
+    Thousands of jobs are compared every cycle and few change. On PostgreSQL
+    each row comes back as one digest of its synced columns, which
+    _job_key_function() computes the same way from Slurm's values: decoding
+    every column of every job cost more than the rest of the diff.
+    """
+    wanted = Q(state__in=ACTIVE_JOB_STATES) | Q(slurm_id__in=job_ids)
+    rows = Job.objects.filter(wanted, cluster=cluster)
+    if connection.vendor == "postgresql":
+        rows = rows.annotate(sync_key=_job_digest_expression()).values_list(
+            "pk", "slurm_id", "state", "restart_count", "sync_key"
+        )
+        return {slurm_id: StoredJob(pk, *rest) for pk, slurm_id, *rest in rows}
+    rows = rows.values_list("pk", "slurm_id", *JOB_FIELDS)
+    state_at, restarts_at = JOB_FIELDS.index("state"), JOB_FIELDS.index("restart_count")
+    return {
+        slurm_id: StoredJob(pk, values[state_at], values[restarts_at], tuple(values))
+        for pk, slurm_id, *values in rows
+    }
+
+
+def _stored_job_values(pks: list[int]) -> dict[int, dict]:
+    """pk -> JOB_FIELDS values of the jobs whose key differed."""
+    if not pks:
+        return {}
+    rows = Job.objects.filter(pk__in=pks).values_list("pk", *JOB_FIELDS)
+    return {pk: dict(zip(JOB_FIELDS, values, strict=True)) for pk, *values in rows}
+
+
+# How each synced column is written into the digest, in PostgreSQL and in Python.
+# Nullable columns print NULL as \N so that it differs from an empty value.
+DIGEST_FORMS = {
+    "node_names": "json",
+    "node_count": "int",
+    "gpus": "int",
+    "submit_at": "time",
+    "start_at": "time",
+    "end_at": "time",
+    "eligible_at": "time",
+    "restart_count": "int",
+    "requeue": "bool",
+    "exit_code": "nullable_int",
+    "time_limit_minutes": "nullable_int",
+}
+# A job name may hold any printable character; the unit separator is not one.
+DIGEST_SEPARATOR = "\x1f"
+NULL_MARK = "\\N"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_MICROSECOND = timedelta(microseconds=1)
 
@@ -493,50 +547,47 @@ class EpochMicroseconds(Func):
     template = "CAST(EXTRACT(EPOCH FROM %(expressions)s) * 1000000 AS bigint)"
 
 
-def _compare_in_database() -> bool:
-    return connection.vendor == "postgresql"
+def _job_digest_expression() -> Func:
+    """md5 of the synced columns as text, joined by DIGEST_SEPARATOR (PostgreSQL)."""
+    columns = []
+    for name in JOB_FIELDS:
+        form = DIGEST_FORMS.get(name, "text")
+        column = EpochMicroseconds(name) if form == "time" else F(name)
+        if form != "text":
+            column = Cast(column, TextField())
+        if form in ("time", "nullable_int"):
+            column = Coalesce(column, Value(NULL_MARK))
+        columns.append(column)
+    joined = Func(Value(DIGEST_SEPARATOR), *columns, function="concat_ws")
+    return Func(joined, function="md5", output_field=TextField())
 
 
-def _job_column(name: str):
-    """How _stored_jobs() reads the job field NAME on PostgreSQL."""
-    if name in JOB_DATETIME_FIELDS:
-        return EpochMicroseconds(name)
-    if name == "node_names":
-        return Cast(name, TextField())
-    return F(name)
+def _digest_time(value: datetime | None) -> str:
+    return NULL_MARK if value is None else str((value - EPOCH) // ONE_MICROSECOND)
 
 
-def _comparable(name: str, value):
-    """A _job_values() value in the form _job_column(name) reads it back."""
-    if name in JOB_DATETIME_FIELDS:
-        return None if value is None else (value - EPOCH) // ONE_MICROSECOND
-    if name == "node_names":
-        # jsonb prints `["a", "b"]` with non-ASCII as is: the same as this.
-        return json.dumps(value, ensure_ascii=False)
-    return value
+DIGEST_WRITERS = {
+    "text": str,
+    "json": lambda value: json.dumps(value, ensure_ascii=False),  # as jsonb prints it
+    "int": str,
+    "time": _digest_time,
+    "bool": lambda value: "true" if value else "false",
+    "nullable_int": lambda value: NULL_MARK if value is None else str(value),
+}
 
 
-def _comparable_job_values():
-    """A function from _job_values() to the tuple _stored_jobs() holds for the same job."""
-    if not _compare_in_database():
+def _job_key_function():
+    """A function from _job_values() to the key _stored_jobs() holds for the same job."""
+    if connection.vendor != "postgresql":
         return lambda values: tuple(values[name] for name in JOB_FIELDS)
-    return lambda values: tuple(_comparable(name, values[name]) for name in JOB_FIELDS)
+    writers = [(name, DIGEST_WRITERS[DIGEST_FORMS.get(name, "text")]) for name in JOB_FIELDS]
+    separator = DIGEST_SEPARATOR
 
+    def digest(values: dict) -> str:
+        text = separator.join([write(values[name]) for name, write in writers])
+        return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
-def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, tuple[int, tuple]]:
-    """slurm_id -> (pk, JOB_FIELDS values) of the jobs this snapshot may touch.
-
-    Plain values, not model instances: thousands of unchanged jobs are compared
-    every cycle, and only the few that changed become instances to write.
-    """
-    wanted = Q(state__in=ACTIVE_JOB_STATES) | Q(slurm_id__in=job_ids)
-    rows = Job.objects.filter(wanted, cluster=cluster)
-    if _compare_in_database():
-        expressions = {f"compare_{name}": _job_column(name) for name in JOB_FIELDS}
-        rows = rows.annotate(**expressions).values_list("pk", "slurm_id", *expressions)
-    else:
-        rows = rows.values_list("pk", "slurm_id", *JOB_FIELDS)
-    return {slurm_id: (pk, tuple(values)) for pk, slurm_id, *values in rows}
+    return digest
 
 
 def _record_job_change(row: Job, old_state, old_restarts, actor, now, history, result) -> None:

@@ -7,7 +7,6 @@ no Django import, so the node agent and tests can use it directly.
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import re
@@ -19,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import orjson
+import msgspec
 
 from clusters.backends.base import BackendError, JobInfo, JobSubmission, NodeInfo, PartitionInfo
 from clusters.backends.slurm_cli import (
@@ -30,6 +29,7 @@ from clusters.backends.slurm_cli import (
     run_command,
 )
 from clusters.backends.slurm_parsers import (
+    decode_jobs_json,
     parse_jobs_json,
     parse_nodes_json,
     parse_scontrol_jobs,
@@ -56,9 +56,9 @@ SAFE_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def decode_json(text: str) -> Any:
-    """Slurm's JSON, decoded with orjson: a 1,000-node `squeue --json` is tens of MB,
+    """Slurm's JSON, decoded with msgspec: a 1,000-node `squeue --json` is tens of MB,
     and the standard library's decoder was most of a sync cycle."""
-    return orjson.loads(text)
+    return msgspec.json.decode(text)
 
 
 def utc_now() -> datetime:
@@ -110,11 +110,13 @@ class SlurmBackend:
             raise error_from_result(result)
         return result.stdout
 
-    def run_json(self, args: Sequence[str]) -> dict[str, Any]:
+    def run_json(
+        self, args: Sequence[str], decode: Callable[[str], Any] = decode_json
+    ) -> dict[str, Any]:
         output = self.run(args)
         try:
-            payload = decode_json(output)
-        except json.JSONDecodeError as error:
+            payload = decode(output)
+        except msgspec.MsgspecError as error:
             raise BackendError(
                 f"{args[0]} printed invalid JSON: {error}", permanent=True
             ) from error
@@ -163,9 +165,11 @@ class SlurmBackend:
             text = self.run(["scontrol", "-o", "-d", "show", "job"])
             return parse_scontrol_jobs(text, self.local_tz)
         if self.slurm_version >= SCONTROL_JSON_SINCE:
-            return parse_jobs_json(self.run_json(["scontrol", "show", "job", "--json"]))
-        # 22.05's squeue --json ignores filters and also lists finished jobs in memory.
-        return parse_jobs_json(self.run_json(["squeue", "--json"]))
+            args = ["scontrol", "show", "job", "--json"]
+        else:
+            # 22.05's squeue --json ignores filters and also lists finished jobs in memory.
+            args = ["squeue", "--json"]
+        return parse_jobs_json(self.run_json(args, decode=decode_jobs_json))
 
     def job(self, job_id: int) -> JobInfo:
         """One job, read as text so that it also works while the list is large."""

@@ -404,3 +404,21 @@ def test_invalid_json_is_a_permanent_error():
 def test_fixture_json_is_what_the_fake_serves():
     # Guards the fakes above: they must serve real captured output, not hand-made JSON.
     assert json.loads((FIXTURES / "22.05/sinfo.json").read_text())["nodes"]
+
+
+@pytest.mark.parametrize(
+    "printed", ["not json", '{"jobs": {"1": {}}}', '["jobs"]', '{"jobs": [{"job_id": 1}']
+)
+def test_a_job_list_that_is_not_slurms_json_is_a_permanent_error(printed):
+    fake = FakeSlurm({("squeue", "--json"): (0, printed, "")})
+    with pytest.raises(BackendError, match="squeue printed invalid JSON") as caught:
+        backend_with(fake).jobs()
+    assert caught.value.permanent is True
+
+
+def test_errors_in_a_job_list_body_are_a_transient_error():
+    printed = '{"errors": [{"error": "Unable to contact slurm controller"}], "jobs": []}'
+    fake = FakeSlurm({("squeue", "--json"): (0, printed, "")})
+    with pytest.raises(BackendError, match="Unable to contact slurm controller") as caught:
+        backend_with(fake).jobs()
+    assert caught.value.permanent is False

@@ -738,3 +738,35 @@ def test_every_shared_sample_is_copied_into_the_fixtures():
         if path.is_file() and not path.name.endswith(".gz")
     }
     assert expected <= set(ALL_SAMPLES)
+
+
+JOB_LIST_SAMPLES = [
+    relative
+    for relative in ALL_SAMPLES
+    if relative.endswith(".json")
+    and "sacct" not in relative
+    and "slurmdb" not in relative
+    and "jobs" in load(relative)
+]
+
+
+def test_every_job_list_sample_is_covered():
+    assert {"22.05/squeue.json", "24.11/scontrol_show_job.json"} <= set(JOB_LIST_SAMPLES)
+    assert len(JOB_LIST_SAMPLES) >= 10
+
+
+@pytest.mark.parametrize("relative", JOB_LIST_SAMPLES)
+def test_decoding_only_the_read_keys_parses_every_job_sample_the_same(relative):
+    text = (FIXTURES / relative).read_text()
+    narrowed = parsers.decode_jobs_json(text)
+    assert parsers.parse_jobs_json(narrowed) == parsers.parse_jobs_json(json.loads(text))
+    assert set(narrowed) <= {"jobs", "errors"}
+
+
+def test_the_narrowed_job_decode_keeps_absent_apart_from_null():
+    document = parsers.decode_jobs_json(b'{"jobs": [{"job_id": 5, "state": ["RUNNING"]}]}')
+    assert document == {"jobs": [{"job_id": 5, "state": ["RUNNING"]}]}
+    (job,) = parsers.parse_jobs_json(document)
+    assert (job.state, job.requeue) == ("RUNNING", True)
+    (held,) = parsers.parse_jobs_json(parsers.decode_jobs_json(b'{"jobs": [{"requeue": null}]}'))
+    assert held.requeue is False

@@ -1,0 +1,86 @@
+"""The job diff writes exactly what Slurm changed, whichever column it is, and
+nothing when nothing changed (on PostgreSQL it compares one digest per job)."""
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from clusters.backends.base import JobInfo
+from clusters.sync import apply_snapshot
+from jobs.models import Job, JobStateChange
+
+START = datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC)
+# Every column filled, and the characters most likely to upset a text digest.
+FULL = JobInfo(
+    job_id=41,
+    name='llama-70b "pretrain",\\ täglich 訓練',
+    user="alice",
+    account="research",
+    partition="train",
+    state="RUNNING",
+    reason="None",
+    nodes=("gpu-01", "gpu-02"),
+    node_count=2,
+    gpus=16,
+    submit_time=START.replace(microsecond=0),
+    start_time=START,
+    end_time=None,
+    eligible_time=START.replace(microsecond=0),
+    restart_count=0,
+    requeue=True,
+    exit_code=None,
+    time_limit_minutes=600,
+)
+SPARSE = JobInfo(job_id=42, name="", user="bob", state="PENDING", reason="Priority")
+CHANGES = {
+    "name": {"name": "llama-70b-2"},
+    "user": {"user": "carol"},
+    "account": {"account": "infra"},
+    "partition": {"partition": "infer"},
+    "state": {"state": "COMPLETING"},
+    "reason": {"reason": "Resources"},
+    "node_names": {"nodes": ("gpu-01", "gpu-03")},
+    "node_count": {"node_count": 3},
+    "gpus": {"gpus": 24},
+    "submit_at": {"submit_time": START.replace(second=1)},
+    "start_at": {"start_time": START.replace(microsecond=123457)},
+    "end_at": {"end_time": START.replace(hour=9)},
+    "eligible_at": {"eligible_time": None},
+    "restart_count": {"restart_count": 1},
+    "requeue": {"requeue": False},
+    "exit_code": {"exit_code": 0},
+    "time_limit_minutes": {"time_limit_minutes": None},
+}
+
+
+@pytest.fixture
+def stored(cluster):
+    apply_snapshot(cluster, [], [], [FULL, SPARSE])
+    return cluster
+
+
+def test_an_unchanged_snapshot_reads_no_job_twice_and_writes_nothing(stored):
+    history = JobStateChange.objects.count()
+    with CaptureQueriesContext(connection) as captured:
+        result = apply_snapshot(stored, [], [], [FULL, SPARSE])
+    assert result.jobs_changed == []
+    assert JobStateChange.objects.count() == history
+    job_reads = [q["sql"] for q in captured if 'FROM "jobs_job" ' in q["sql"]]
+    assert len(job_reads) == 1, job_reads
+
+
+@pytest.mark.parametrize("column", sorted(CHANGES))
+def test_a_change_in_any_synced_column_is_written(stored, column):
+    changed = replace(FULL, **CHANGES[column])
+    result = apply_snapshot(stored, [], [], [changed, SPARSE])
+    job = Job.objects.get(slurm_id=41)
+    assert result.jobs_changed == [job.pk]
+    expected = CHANGES[column]
+    if column == "node_names":
+        assert job.node_names == list(expected["nodes"])
+    else:
+        assert getattr(job, column) == next(iter(expected.values()))
+    assert Job.objects.get(slurm_id=42).updated_at < job.updated_at
