@@ -62,6 +62,17 @@ def test_every_reported_node_is_marked_seen_by_each_cycle_even_when_unchanged(si
     assert seen == {later}
 
 
+def test_last_seen_is_rewritten_only_once_it_is_thirty_seconds_old(sim, cluster, synced):
+    first = Node.objects.get(name="gpu-03").last_seen_at
+    apply_snapshot(
+        cluster, sim.partitions(), sim.nodes(), sim.jobs(), now=first + timedelta(seconds=29)
+    )
+    assert set(Node.objects.values_list("last_seen_at", flat=True)) == {first}
+    later = first + timedelta(seconds=30)
+    apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs(), now=later)
+    assert set(Node.objects.values_list("last_seen_at", flat=True)) == {later}
+
+
 def test_a_job_that_starts_is_stored_with_its_nodes_times_and_state(sim, cluster, synced):
     (job_id,) = submit(sim, 1)
     synced()

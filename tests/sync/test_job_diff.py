@@ -84,3 +84,17 @@ def test_a_change_in_any_synced_column_is_written(stored, column):
     else:
         assert getattr(job, column) == next(iter(expected.values()))
     assert Job.objects.get(slurm_id=42).updated_at < job.updated_at
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [("gpu-01",), ("a", "b"), ('a", "b',), ("gpu\\01",), ("knoten-ü",), ("a,b", "c")],
+)
+def test_node_lists_that_print_alike_are_still_told_apart(stored, nodes):
+    before = replace(FULL, nodes=nodes)
+    apply_snapshot(stored, [], [], [before, SPARSE])
+    after = replace(FULL, nodes=("a", "b"))
+    result = apply_snapshot(stored, [], [], [after, SPARSE])
+    job = Job.objects.get(slurm_id=41)
+    assert job.node_names == ["a", "b"]
+    assert result.jobs_changed == ([] if nodes == ("a", "b") else [job.pk])
