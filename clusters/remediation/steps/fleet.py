@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime, timedelta
+
+from django.db.models import Max, Q
+from django.utils import timezone
 
 from clusters.backends.base import BackendError, ClusterBackend
-from clusters.models import Node
+from clusters.models import Gpu, GpuHealth, Node
 from clusters.remediation import safety
 from clusters.remediation.models import Trigger
 from clusters.remediation.services import slurm_reason
@@ -20,6 +24,7 @@ from clusters.remediation.steps import (
 )
 from clusters.remediation.steps.nodes import QUARANTINE_REASON
 from clusters.remediation.steps.records import record_membership
+from health.models import CheckStatus, EventKind, HealthEvent, NodeToken, Severity
 
 REPLACE_REASON = "Action:Replace"
 # A rebooting node takes minutes to come back; after this the run asks a human.
@@ -30,6 +35,11 @@ AGENT_TIMEOUT_S = 45.0
 # count matches Slurm's GRES, no pending remap or DBE, disk not full, no operator
 # force-drain switch. Checks whose tool is missing (fake GPUs) skip, not fail.
 VALIDATION_CHECKS = "force_drain,nvidia_smi_responds,gpu_count,ecc_remap,disk_free"
+# A node with an agent is judged on its own reports: the agent must have reported
+# its checks within REPORT_FRESHNESS (deploy/systemd runs them every 60 s), and
+# nothing may have failed or gone critical on it within REPORT_QUIET.
+REPORT_FRESHNESS = timedelta(minutes=3)
+REPORT_QUIET = timedelta(minutes=10)
 
 
 @step("check_eligibility", "check that a free spare exists and automation may go on")
@@ -133,7 +143,9 @@ def _not_ready(info, name: str) -> str:
 
 
 def default_validator(backend: ClusterBackend, node: str) -> tuple[bool, str]:
-    """GPU health from the simulator, else `medbay-agent check --once` for the node."""
+    """GPU health from the simulator; on Slurm, what the node's own agent reports
+    when it has one, else `medbay-agent check --once` run here (the local cluster,
+    where every node is this host)."""
     if hasattr(backend, "gpu_health"):
         try:
             health = backend.gpu_health(node)
@@ -143,7 +155,48 @@ def default_validator(backend: ClusterBackend, node: str) -> tuple[bool, str]:
         if bad:
             return False, f"GPU(s) {', '.join(map(str, bad))} not healthy"
         return True, f"{len(health)} GPUs healthy"
+    if has_agent(node):
+        return reported_health(node)
     return agent_check(node, slurm_conf=getattr(backend, "slurm_conf", ""))
+
+
+def has_agent(node: str) -> bool:
+    return NodeToken.objects.filter(node__name=node, revoked_at__isnull=True).exists()
+
+
+def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, str]:
+    """Healthy when the node's agent reported its checks lately, every GPU is
+    healthy as reported, and nothing failed or went critical in REPORT_QUIET."""
+    now = now or timezone.now()
+    checks = HealthEvent.objects.filter(node__name=node, kind=EventKind.CHECK)
+    last_report = checks.aggregate(last=Max("last_observed_at"))["last"]
+    if last_report is None or now - last_report > REPORT_FRESHNESS:
+        seen = f"last at {last_report:%H:%M:%S}" if last_report else "none yet"
+        return False, (
+            f"waiting for the agent on {node} to report its health checks ({seen}; "
+            "the agent runs them every --interval seconds)"
+        )
+    unhealthy = list(
+        Gpu.objects.filter(node__name=node)
+        .exclude(health=GpuHealth.HEALTHY)
+        .order_by("index")
+        .values_list("index", "health")
+    )
+    if unhealthy:
+        listed = ", ".join(f"GPU {index} {health}" for index, health in unhealthy)
+        return False, f"the agent on {node} reports {listed}"
+    recent = HealthEvent.objects.filter(node__name=node, last_observed_at__gte=now - REPORT_QUIET)
+    bad = (
+        recent.filter(
+            Q(kind=EventKind.CHECK, status=CheckStatus.FAIL) | Q(severity=Severity.CRITICAL)
+        )
+        .order_by("-last_observed_at")
+        .first()
+    )
+    if bad is not None:
+        what = bad.check_name or (f"XID {bad.xid}" if bad.xid is not None else bad.kind)
+        return False, f"{node} reported {what} at {bad.last_observed_at:%H:%M:%S}"
+    return True, f"its agent reports it healthy (checks at {last_report:%H:%M:%S})"
 
 
 def agent_check(node: str, *, slurm_conf: str = "") -> tuple[bool, str]:
