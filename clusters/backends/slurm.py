@@ -29,8 +29,8 @@ from clusters.backends.slurm_cli import (
     run_command,
 )
 from clusters.backends.slurm_parsers import (
+    JobListParser,
     decode_jobs_json,
-    parse_jobs_json,
     parse_nodes_json,
     parse_scontrol_jobs,
     parse_scontrol_nodes,
@@ -88,6 +88,7 @@ class SlurmBackend:
         self.runner = runner
         self.local_tz = local_tz
         self.clock = clock
+        self.job_list_parser = JobListParser()
 
     # ------------------------------------------------------------ running commands
 
@@ -169,7 +170,7 @@ class SlurmBackend:
         else:
             # 22.05's squeue --json ignores filters and also lists finished jobs in memory.
             args = ["squeue", "--json"]
-        return parse_jobs_json(self.run_json(args, decode=decode_jobs_json))
+        return self.job_list_parser.parse(self.run_json(args, decode=decode_jobs_json))
 
     def job(self, job_id: int) -> JobInfo:
         """One job, read as text so that it also works while the list is large."""

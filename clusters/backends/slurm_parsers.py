@@ -706,6 +706,26 @@ def parse_jobs_json(document: Mapping[str, Any]) -> list[JobInfo]:
     return [job_from_json(raw) for raw in document.get("jobs", [])]
 
 
+class JobListParser:
+    """parse_jobs_json() for a poller: Slurm prints every job on every poll and
+    most are unchanged, so a record equal to the previous poll's record of that
+    job is answered with the JobInfo parsed then (JobInfo is immutable)."""
+
+    def __init__(self) -> None:
+        self._previous: dict[Any, tuple[Mapping[str, Any], JobInfo]] = {}
+
+    def parse(self, document: Mapping[str, Any]) -> list[JobInfo]:
+        previous, current, jobs = self._previous, {}, []
+        for raw in document.get("jobs", []):
+            key = raw.get("job_id")
+            seen = previous.get(key)
+            job = seen[1] if seen is not None and seen[0] == raw else job_from_json(raw)
+            current[key] = (raw, job)
+            jobs.append(job)
+        self._previous = current
+        return jobs
+
+
 # Every key job_from_json() reads. A 24.11 job record holds about a hundred more
 # (6 KB each): decoding only these makes a 5,000-job `scontrol show job --json`
 # several times cheaper to read than building every object Slurm printed.

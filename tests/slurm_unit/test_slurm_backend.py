@@ -422,3 +422,16 @@ def test_errors_in_a_job_list_body_are_a_transient_error():
     with pytest.raises(BackendError, match="Unable to contact slurm controller") as caught:
         backend_with(fake).jobs()
     assert caught.value.permanent is False
+
+
+def test_each_poll_of_the_job_list_reports_slurms_current_state():
+    document = json.loads((FIXTURES / "22.05/squeue.json").read_text())
+    fake = FakeSlurm({("squeue", "--json"): (0, json.dumps(document), "")})
+    backend = backend_with(fake)
+    before = {job.job_id: job for job in backend.jobs()}
+    record = next(raw for raw in document["jobs"] if before[raw["job_id"]].state == "RUNNING")
+    record["job_state"], record["restart_cnt"] = "PENDING", record["restart_cnt"] + 1
+    fake.answers[("squeue", "--json")] = (0, json.dumps(document), "")
+    after = {job.job_id: job for job in backend.jobs()}
+    assert after[record["job_id"]].state == "PENDING"
+    assert after[record["job_id"]].restart_count == before[record["job_id"]].restart_count + 1

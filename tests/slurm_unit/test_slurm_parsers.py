@@ -1,5 +1,6 @@
 """Parsers read real Slurm 22.05 and 24.11 output (tests/fixtures/slurm)."""
 
+import copy
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -770,3 +771,18 @@ def test_the_narrowed_job_decode_keeps_absent_apart_from_null():
     assert (job.state, job.requeue) == ("RUNNING", True)
     (held,) = parsers.parse_jobs_json(parsers.decode_jobs_json(b'{"jobs": [{"requeue": null}]}'))
     assert held.requeue is False
+
+
+def test_the_job_list_parser_reuses_unchanged_jobs_and_reparses_changed_ones():
+    document = parsers.decode_jobs_json((FIXTURES / "24.11/scontrol_show_job.json").read_text())
+    parser = parsers.JobListParser()
+    first = by_id(parser.parse(document))
+    changed = copy.deepcopy(document)
+    record = next(raw for raw in changed["jobs"] if raw["job_id"] == 3)
+    record["job_state"], record["restart_cnt"] = ["PENDING", "REQUEUED"], 1
+    second = by_id(parser.parse(changed))
+    assert second == by_id(parsers.parse_jobs_json(changed))
+    assert (second[3].state, second[3].restart_count) == ("PENDING", 1)
+    assert first[3] is not second[3]
+    assert all(second[job_id] is first[job_id] for job_id in first if job_id != 3)
+    assert by_id(parser.parse(document)) == first
