@@ -183,6 +183,7 @@ class NodeStateChange(models.Model):
 from clusters.remediation.models import (  # noqa: E402, F401
     BreakerTrip,
     Policy,
+    PolicyChange,
     Remediation,
     RemediationStep,
 )

@@ -18,7 +18,14 @@ from django.utils import timezone
 
 from clusters.models import Node, NodeStatus, Partition, PoolKind
 from clusters.remediation import services
-from clusters.remediation.models import Action, Mode, Policy, Remediation, Trigger
+from clusters.remediation.models import (
+    Action,
+    Mode,
+    Policy,
+    PolicyChange,
+    Remediation,
+    Trigger,
+)
 from clusters.remediation.plans import plan_for
 from clusters.remediation.transitions import RunStatus
 from jobs.models import Job, JobState
@@ -154,11 +161,25 @@ def _decide(run: Remediation, new: RunStatus, user, comment: str, *, verb: str) 
 
 
 def save_policy(policy: Policy, *, user) -> Policy:
-    """Create or change a policy, recording who changed it and when."""
+    """Create or change a policy, recording who changed it, when, and from what."""
     _require_admin(user)
-    policy.updated_by = user
-    policy.updated_at = timezone.now()
-    policy.save()
+    with transaction.atomic():
+        stored = Policy.objects.select_for_update().filter(pk=policy.pk).first()
+        before = stored.audited_values() if stored else {}
+        after = policy.audited_values()
+        if before == after:
+            return stored
+        policy.updated_by = user
+        policy.updated_at = timezone.now()
+        policy.save()
+        PolicyChange.objects.create(
+            policy=policy,
+            subject=policy.subject,
+            before=before,
+            after=after,
+            changed_by=user,
+            changed_at=policy.updated_at,
+        )
     return policy
 
 

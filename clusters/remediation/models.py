@@ -65,8 +65,47 @@ class Policy(models.Model):
         ]
 
     def __str__(self) -> str:
-        subject = f"XID {self.xid}" if self.xid is not None else self.check_name
-        return f"{subject} → {self.action} ({self.mode})"
+        return f"{self.subject} → {self.action} ({self.mode})"
+
+    @property
+    def subject(self) -> str:
+        return f"XID {self.xid}" if self.xid is not None else f"check {self.check_name}"
+
+    def audited_values(self) -> dict:
+        return {
+            "trigger": self.subject,
+            "action": self.action,
+            "mode": self.mode,
+            "enabled": self.enabled,
+        }
+
+
+class PolicyChange(models.Model):
+    """Append-only audit of a policy: what it said before and after, who changed it."""
+
+    policy = models.ForeignKey(Policy, null=True, on_delete=models.SET_NULL, related_name="changes")
+    subject = models.CharField(max_length=80)  # "XID 79" or "check gpu_count", kept verbatim
+    before = models.JSONField(default=dict, blank=True)  # {} when the policy was created
+    after = models.JSONField(default=dict)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.subject} changed at {self.changed_at:%Y-%m-%d %H:%M}"
+
+    def changed_fields(self) -> list[tuple[str, object, object]]:
+        """(field, before, after) for each audited value that differs; before is
+        None for every field of a newly created policy."""
+        return [
+            (name, self.before.get(name), value)
+            for name, value in self.after.items()
+            if self.before.get(name) != value
+        ]
 
 
 class Remediation(models.Model):

@@ -29,6 +29,7 @@ from clusters.remediation.transitions import RunStatus
 from portal.roles import ANY_ROLE, Role, role_required
 
 RUN_LIST_LIMIT = 200
+POLICY_HISTORY_SHOWN = 50
 DECISIONS = {"approve": actions.approve, "reject": actions.reject, "cancel": actions.cancel}
 RUN_RELATED = ("node", "requested_by", "approved_by", "policy")
 
@@ -139,7 +140,10 @@ def policy_edit(request, pk: int | None = None):
 
 
 def _policy_ctx(form: PolicyForm, policy: Policy | None) -> dict:
-    return {"form": form, "policy": policy}
+    history = []
+    if policy is not None:
+        history = policy.changes.select_related("changed_by")[:POLICY_HISTORY_SHOWN]
+    return {"form": form, "policy": policy, "history": history}
 
 
 @role_required(Role.ADMIN)

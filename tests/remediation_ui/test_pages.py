@@ -17,6 +17,8 @@ from clusters.remediation.models import (
     Trigger,
 )
 from clusters.remediation.transitions import RunStatus
+from portal.accounts import create_user_with_role
+from portal.roles import Role
 
 ADMIN_PAGES = [
     "/remediation/approvals/",
@@ -242,6 +244,35 @@ def test_an_admin_creates_and_edits_a_policy_and_the_change_is_attributed(admin_
     policy.refresh_from_db()
     assert policy.mode == "dry_run"
     assert "XID 79" in client.get("/remediation/policies/").content.decode()
+
+
+def test_every_policy_change_is_kept_with_its_author_and_shown_on_the_policy(admin_user, web, db):
+    other_admin = create_user_with_role("second-admin", Role.ADMIN, "another-long-password")[0]
+    values = {"xid": "79", "action": "replace", "mode": "approval", "enabled": "on"}
+    web(admin_user).post("/remediation/policies/new/", values)
+    policy = Policy.objects.get(xid=79)
+    edit = f"/remediation/policies/{policy.pk}/"
+    web(other_admin).post(edit, {**values, "mode": "automatic"})
+    web(other_admin).post(edit, {**values, "mode": "automatic"})  # saved unchanged
+    web(admin_user).post(edit, {**values, "mode": "automatic", "enabled": ""})
+    changes = list(policy.changes.order_by("id"))
+    assert [(c.changed_by, c.before, c.after) for c in changes] == [
+        (admin_user, {}, policy_values("approval", True)),
+        (other_admin, policy_values("approval", True), policy_values("automatic", True)),
+        (admin_user, policy_values("automatic", True), policy_values("automatic", False)),
+    ]
+    page = web(admin_user).get(edit).content.decode()
+    history = page[page.index('id="policy-history"') :]
+    rows = re.findall(r"<tr><td>[^<]+</td><td>([^<]+)</td><td>([^<]+)</td></tr>", history)
+    assert rows == [
+        ("admin", "enabled True → False"),
+        ("second-admin", "mode approval → automatic"),
+        ("admin", "created: trigger XID 79; action replace; mode approval; enabled True"),
+    ]
+
+
+def policy_values(mode: str, enabled: bool) -> dict:
+    return {"trigger": "XID 79", "action": "replace", "mode": mode, "enabled": enabled}
 
 
 def test_the_node_page_offers_actions_to_admins_only_and_lists_its_runs(
