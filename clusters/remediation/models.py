@@ -72,12 +72,11 @@ class Policy(models.Model):
         return f"XID {self.xid}" if self.xid is not None else f"check {self.check_name}"
 
     def audited_values(self) -> dict:
-        return {
-            "trigger": self.subject,
-            "action": self.action,
-            "mode": self.mode,
-            "enabled": self.enabled,
-        }
+        values = (self.subject, self.action, self.mode, self.enabled)
+        return dict(zip(AUDITED_POLICY_FIELDS, values, strict=True))
+
+
+AUDITED_POLICY_FIELDS = ("trigger", "action", "mode", "enabled")
 
 
 class PolicyChange(models.Model):
@@ -101,10 +100,11 @@ class PolicyChange(models.Model):
     def changed_fields(self) -> list[tuple[str, object, object]]:
         """(field, before, after) for each audited value that differs; before is
         None for every field of a newly created policy."""
+        # In a fixed order: PostgreSQL's jsonb does not keep the keys' order.
         return [
-            (name, self.before.get(name), value)
-            for name, value in self.after.items()
-            if self.before.get(name) != value
+            (name, self.before.get(name), self.after.get(name))
+            for name in AUDITED_POLICY_FIELDS
+            if self.before.get(name) != self.after.get(name)
         ]
 
 

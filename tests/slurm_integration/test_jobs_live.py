@@ -41,6 +41,17 @@ def wait_for(predicate, timeout_s: float = 60, what: str = "condition"):
     pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
 
 
+def written_uid(path, what: str) -> int:
+    """The uid the job wrote, once the whole line is there: the shell creates the
+    file before `id -u` writes into it, and a read in between finds it empty."""
+
+    def line():
+        text = path.read_text() if path.exists() else ""
+        return text if text.endswith("\n") else ""
+
+    return int(wait_for(line, what=what))
+
+
 @pytest.fixture
 def portal(slurm, researcher, other_researcher, admin_user):
     """The SlurmBackend installed as the portal's backend, Slurm synced into the database."""
@@ -119,8 +130,7 @@ def test_a_job_submitted_for_alice_runs_with_alices_uid(client, portal, research
     assert response.status_code == 201, response.json()
     slurm_id = response.json()["id"]
     uid_file = shared_dir / f"uid-{slurm_id}.txt"
-    wait_for(uid_file.exists, what="the job to write its uid")
-    assert int(uid_file.read_text()) == pwd.getpwnam("alice").pw_uid
+    assert written_uid(uid_file, "the job to write its uid") == pwd.getpwnam("alice").pw_uid
     assert Job.objects.get(slurm_id=slurm_id).user == "alice"
 
 
@@ -161,8 +171,7 @@ def test_alice_resubmits_her_job_and_the_new_one_runs_as_her(
     slurm_id = second.json()["id"]
     assert slurm_id != first.json()["id"]
     uid_file = shared_dir / f"uid-{slurm_id}.txt"
-    wait_for(uid_file.exists, what="the resubmitted job to run")
-    assert int(uid_file.read_text()) == pwd.getpwnam("alice").pw_uid
+    assert written_uid(uid_file, "the resubmitted job to run") == pwd.getpwnam("alice").pw_uid
 
 
 def test_the_ddp_example_resumes_from_its_checkpoint_after_a_requeue(
