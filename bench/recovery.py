@@ -27,21 +27,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TRAIN = """#!/bin/bash
-#SBATCH --job-name=bench-recovery
-#SBATCH --partition=train
-#SBATCH --nodes=2
-#SBATCH --gres=gpu:8
-#SBATCH --requeue
-#SBATCH --open-mode=append
-#SBATCH --output={folder}/train.out
-export MEDBAY_CHECKPOINT_DIR={folder}/checkpoints
-python3 {folder}/checkpoint_loop.py --steps 10000000 --save-every 1000000 --sleep 0.02 &
-child=$!
-trap 'kill -USR1 $child' USR1
-trap 'kill -TERM $child' TERM
-while kill -0 $child 2>/dev/null; do wait $child; done
-"""
+# The example researchers copy, with a run long enough to outlast the recovery.
+TRAIN = (ROOT / "examples" / "checkpoint_job.sbatch").read_text()
+TRAIN_ENV = {"TRAIN_STEPS": "10000000", "SAVE_EVERY": "1000000"}
 FILLER = """#!/bin/bash
 #SBATCH --job-name=bench-filler
 #SBATCH --partition=train
@@ -74,10 +62,11 @@ def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
     raise SystemExit(f"recovery bench: timed out waiting for {what}")
 
 
-def submit(slurm, script: str, user: str, folder: Path) -> int:
+def submit(slurm, script: str, user: str, folder: Path, env: dict | None = None) -> int:
     from clusters.backends.base import JobSubmission
 
-    return slurm.submit_job(JobSubmission(script=script, user=user, workdir=str(folder)))
+    submission = JobSubmission(script=script, user=user, workdir=str(folder), extra_env=env or {})
+    return slurm.submit_job(submission)
 
 
 def running(slurm, job_id: int) -> bool:
@@ -105,7 +94,7 @@ def clean_up(slurm) -> None:
 
 def measure_floor(slurm, folder: Path) -> float:
     """A bare `scontrol requeue` of a running job until Slurm runs it again."""
-    job_id = submit(slurm, TRAIN.format(folder=folder), "alice", folder)
+    job_id = submit(slurm, TRAIN, "alice", folder, TRAIN_ENV)
     wait_for(lambda: running(slurm, job_id), 60, "the floor job to start")
     time.sleep(1)
     started = time.monotonic()
@@ -142,7 +131,7 @@ def measure_recovery(slurm, folder: Path, grace: int) -> dict:
 
     Cluster.objects.filter(name="bench-recovery").delete()
     cluster = Cluster.objects.create(name="bench-recovery", backend="slurm")
-    job_id = submit(slurm, TRAIN.format(folder=folder), "alice", folder)
+    job_id = submit(slurm, TRAIN, "alice", folder, TRAIN_ENV)
     wait_for(lambda: running(slurm, job_id), 60, "the job to start")
     filler = submit(slurm, FILLER, "bob", folder)
     wait_for(lambda: running(slurm, filler), 60, "the filler job to start")

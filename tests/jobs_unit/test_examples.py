@@ -1,8 +1,10 @@
 """The example trainers keep the checkpoint contract: save on USR1, resume after a kill."""
 
 import json
+import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +106,43 @@ def test_checkpoint_loop_takes_its_directory_from_medbay_checkpoint_dir(tmp_path
     result = subprocess.run([sys.executable, script, "--steps", "2"], env=env, timeout=30)
     assert result.returncode == 0
     assert json.loads((tmp_path / "ckpt" / "checkpoint.json").read_text())["step"] == 2
+
+
+def start_batch_script(folder, restart_count: int):
+    """examples/checkpoint_job.sbatch run by bash in FOLDER, as slurmd would run it."""
+    shutil.copy(EXAMPLES / "checkpoint_loop.py", folder / "checkpoint_loop.py")
+    env = {
+        "PATH": os.environ["PATH"],
+        "SLURM_RESTART_COUNT": str(restart_count),
+        "SLURM_JOB_NODELIST": "gpu-[01-02]",
+        "TRAIN_STEPS": "100000",
+        "STEP_SLEEP_S": "0.01",
+    }
+    script = str(EXAMPLES / "checkpoint_job.sbatch")
+    proc = subprocess.Popen(
+        ["bash", script], cwd=folder, env=env, stdout=subprocess.PIPE, text=True
+    )
+    return proc, Output(proc)
+
+
+def test_the_example_batch_script_forwards_usr1_and_term_and_resumes_when_requeued(tmp_path):
+    proc, out = start_batch_script(tmp_path, restart_count=0)
+    out.wait_for(r"attempt restart_count=0 nodes=gpu-\[01-02\]")
+    out.wait_for(r"step=3 loss=.*")
+    proc.send_signal(signal.SIGUSR1)  # what `scancel --signal=USR1 --batch` does
+    saved = int(out.wait_for(r"checkpoint saved step=(\d+)").group(1))
+    out.wait_for(rf"step={saved + 2} loss=.*")  # and it keeps training
+    proc.send_signal(signal.SIGTERM)  # what Slurm sends when it requeues the job
+    assert proc.wait(timeout=10) == 128 + signal.SIGTERM  # the trainer's own status
+    last = int(out.wait_for(rf"checkpoint saved step=(?!{saved}$)(\d+)").group(1))
+    assert last > saved
+    assert (tmp_path / "checkpoints" / "checkpoint.json").exists()
+
+    proc, out = start_batch_script(tmp_path, restart_count=1)
+    out.wait_for(r"attempt restart_count=1 nodes=.*")
+    out.wait_for(rf"resumed from step {last}")
+    proc.kill()
+    proc.wait(timeout=10)
 
 
 def run_ddp(checkpoint_dir, steps):

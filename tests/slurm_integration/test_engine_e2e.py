@@ -36,24 +36,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
 REPO = Path(__file__).resolve().parents[2]
 GRACE_S = 10
-TRAINING_SCRIPT = """#!/bin/bash
-#SBATCH --job-name=e2e-checkpoint
-#SBATCH --partition=train
-#SBATCH --nodes=2
-#SBATCH --gres=gpu:8
-#SBATCH --requeue
-#SBATCH --open-mode=append
-#SBATCH --output={folder}/train.out
-export MEDBAY_CHECKPOINT_DIR={folder}/checkpoints
-echo "attempt restart_count=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST"
-# The trainer runs in the background so the shell can run its trap at once and
-# forward USR1 (scancel --batch reaches only this shell).
-python3 {folder}/checkpoint_loop.py --steps 1000000 --save-every 100000 --sleep 0.02 &
-child=$!
-trap 'kill -USR1 $child' USR1
-trap 'kill -TERM $child' TERM
-while kill -0 $child 2>/dev/null; do wait $child; done
-"""
+TRAINING_SCRIPT = (REPO / "examples" / "checkpoint_job.sbatch").read_text()
 BLOCKER_SCRIPT = """#!/bin/bash
 #SBATCH --job-name=e2e-blocker
 #SBATCH --output=/dev/null
@@ -125,9 +108,7 @@ def test_an_xid_79_on_a_training_node_is_healed_by_a_spare_and_the_job_resumes(
     Partition.objects.filter(cluster=cluster, name="train").update(checkpoint_grace_s=GRACE_S)
 
     job_id = slurm.submit_job(
-        JobSubmission(
-            script=TRAINING_SCRIPT.format(folder=folder), user="alice", workdir=str(folder)
-        )
+        JobSubmission(script=TRAINING_SCRIPT, user="alice", workdir=str(folder))
     )
     output = folder / "train.out"
     wait_for(lambda: job_state(slurm, job_id).state == "RUNNING", 30, "the job to start")
