@@ -16,12 +16,13 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from tests import waiting
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60
@@ -35,15 +36,8 @@ def free_port() -> int:
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05):
-    """Poll until `predicate()` is truthy and return its value; fail with `what` if never."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
-        time.sleep(interval_s)
+    """tests.waiting.wait_for, polling finely: these tests time how fast things arrive."""
+    return waiting.wait_for(predicate, timeout_s, what, interval_s)
 
 
 def kernel_log_line(node: str, at: datetime, pci: str, xid: int, message: str) -> str:

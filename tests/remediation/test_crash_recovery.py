@@ -14,10 +14,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for
 
 WORKER = Path(__file__).with_name("crash_worker.py")
 LEASE_S = "2"
@@ -57,16 +58,6 @@ def start_worker(env, worker_id: str, **extra) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_worker_killed_mid_replace_is_recovered_by_another_exactly_once(crash_env, tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from clusters.remediation.models import Remediation, StepOutcome, Trigger
 from clusters.remediation.services import create_run
 from clusters.remediation.transitions import RunStatus
 from clusters.sync import sync_once
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.django_db]
 
@@ -60,16 +60,6 @@ class Recording:
             return value(*args, **kwargs)
 
         return call
-
-
-def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.3):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def ctld_pid_file() -> Path:
@@ -123,7 +113,7 @@ def advance_until_step(engine, run, name: str, timeout_s: float) -> None:
         one_step(engine, run)
         return False
 
-    wait_for(reached, timeout_s, f"the run to reach {name}", poll_s=0.2)
+    wait_for(reached, timeout_s, f"the run to reach {name}", interval_s=0.2)
 
 
 def test_a_slurmctld_restart_mid_remediation_parks_the_run_and_nothing_is_done_twice(
@@ -182,7 +172,7 @@ def test_a_slurmctld_restart_mid_remediation_parks_the_run_and_nothing_is_done_t
         run.refresh_from_db()
         return run.status not in (RunStatus.RUNNING, RunStatus.WAITING)
 
-    wait_for(finished, 150, "the run to finish after slurmctld returned", poll_s=0.5)
+    wait_for(finished, 150, "the run to finish after slurmctld returned", interval_s=0.5)
     assert run.status == RunStatus.SUCCEEDED, run.message
 
     assert calls.count("drain_node gpu-02") == 1

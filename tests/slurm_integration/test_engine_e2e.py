@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +30,7 @@ from clusters.remediation.models import Remediation, StepOutcome
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from clusters.sync import sync_once
 from health.ingest import ingest, validate_batch
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]
 
@@ -64,16 +64,6 @@ def restore_nodes(slurm):
         info = next((n for n in slurm.nodes() if n.name == name), None)
         if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
             slurm.resume_node(name)
-
-
-def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.3):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def job_state(slurm, job_id: int):
@@ -139,7 +129,7 @@ def test_an_xid_79_on_a_training_node_is_healed_by_a_spare_and_the_job_resumes(
         run.refresh_from_db()
         return run.status not in {str(s) for s in ACTIVE} or run.status == "needs_attention"
 
-    wait_for(finished, 120, "the run to finish", poll_s=0.5)
+    wait_for(finished, 120, "the run to finish", interval_s=0.5)
     assert run.status == RunStatus.SUCCEEDED, run.message
 
     done = run.steps.filter(outcome__in=[StepOutcome.SUCCEEDED, StepOutcome.SKIPPED])

@@ -14,7 +14,6 @@ import re
 import shutil
 import stat
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -24,21 +23,12 @@ from clusters.backends import registry
 from clusters.sync import sync_once
 from jobs.models import Job
 from tests.conftest import PASSWORD
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_PACKAGES = next(Path(sys.prefix, "lib").glob("python3*/site-packages"))
-
-
-def wait_for(predicate, timeout_s: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    pytest.fail(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def written_uid(path, what: str) -> int:

@@ -11,24 +11,13 @@ import pytest
 
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.backends.slurm import SlurmBackend
+from tests.waiting import wait_for
 
 from .conftest import TEST_REASON_PREFIX, UP
 
 pytestmark = pytest.mark.slurm
 
 LONG_JOB = "#!/bin/bash\n#SBATCH --time=10\nsleep 600\n"
-
-
-def wait_for(predicate, timeout_s: float, interval_s: float = 0.2):
-    """Polls PREDICATE until it returns something truthy; returns it, or fails."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up after {timeout_s}s waiting for {predicate.__doc__}")
-        time.sleep(interval_s)
 
 
 def job_in_state(backend, job_id, state):

@@ -20,6 +20,7 @@ from clusters.sync import ensure_cluster, sync_once
 from jobs.models import Job, JobStateChange
 from portal.consumers import LiveConsumer
 from tests.conftest import PASSWORD
+from tests.waiting import wait_for
 
 from .conftest import TEST_REASON_PREFIX, UP
 
@@ -28,20 +29,6 @@ pytestmark = pytest.mark.slurm
 TWO_NODES = "#!/bin/bash\n#SBATCH -N2 --gres=gpu:8 --time=10\nsleep 600\n"
 ONE_NODE = "#!/bin/bash\n#SBATCH -N1 --gres=gpu:8 --time=10\nsleep 600\n"
 TRAIN = ("gpu-01", "gpu-02", "gpu-03", "gpu-04")
-
-
-def eventually(check, timeout_s: float, interval_s: float = 0.3, explain=None):
-    """Calls CHECK until it returns something truthy; returns that or fails,
-    saying what EXPLAIN() returns about the state it was left in."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            seen = f"; found {explain()}" if explain else ""
-            pytest.fail(f"gave up after {timeout_s}s waiting for {check.__doc__}{seen}")
-        time.sleep(interval_s)
 
 
 @pytest.fixture
@@ -77,7 +64,7 @@ def test_the_cluster_row_carries_slurms_name_and_version(cluster, slurm):
 
 def test_a_two_node_job_is_running_in_the_database_with_sixteen_gpus(cluster, slurm):
     job_id = submit(slurm, TWO_NODES)
-    job = eventually(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
+    job = wait_for(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
     assert (job.gpus, job.node_count, job.user) == (16, 2, "root")
     assert sorted(job.nodes.values_list("name", flat=True)) == sorted(job.node_names)
     # MIXED when the job holds all GPUs but not every CPU of the node.
@@ -91,7 +78,7 @@ def test_a_two_node_job_is_running_in_the_database_with_sixteen_gpus(cluster, sl
         nodes = Node.objects.filter(name__in=job.node_names)
         return [(n.status in busy, n.gpus_used) for n in nodes] == [(True, 8), (True, 8)]
 
-    eventually(allocated, timeout_s=5)
+    wait_for(allocated, timeout_s=5)
 
 
 def test_a_drain_reason_reaches_the_api_and_the_board(cluster, slurm, researcher):
@@ -108,13 +95,13 @@ def test_a_drain_reason_reaches_the_api_and_the_board(cluster, slurm, researcher
 
 def test_a_requeued_job_counts_a_restart_and_runs_again(cluster, slurm):
     job_id = submit(slurm, ONE_NODE)
-    eventually(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
+    wait_for(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
     slurm.requeue_job(job_id)
-    eventually(synced_job(cluster, slurm, job_id, "PENDING", restart_count=1), timeout_s=10)
+    wait_for(synced_job(cluster, slurm, job_id, "PENDING", restart_count=1), timeout_s=10)
     requeue = JobStateChange.objects.get(job__slurm_id=job_id, from_state="RUNNING")
     assert (requeue.to_state, requeue.reason) == ("PENDING", "requeued (restart 1)")
     # cred_expire=5: eligible again about 6 s after the requeue, then the next pass starts it.
-    eventually(synced_job(cluster, slurm, job_id, "RUNNING", restart_count=1), timeout_s=25)
+    wait_for(synced_job(cluster, slurm, job_id, "RUNNING", restart_count=1), timeout_s=25)
     assert (
         JobStateChange.objects.filter(job__slurm_id=job_id, reason__startswith="requeued").count()
         == 1
@@ -123,7 +110,7 @@ def test_a_requeued_job_counts_a_restart_and_runs_again(cluster, slurm):
 
 def test_an_early_release_waits_for_the_old_allocation_and_the_job_survives(cluster, slurm):
     job_id = submit(slurm, ONE_NODE)
-    eventually(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
+    wait_for(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
     slurm.requeue_job(job_id)
 
     def released():
@@ -135,13 +122,13 @@ def test_an_early_release_waits_for_the_old_allocation_and_the_job_survives(clus
             return False
         return True
 
-    eventually(released, timeout_s=15, interval_s=0.2)
+    wait_for(released, timeout_s=15, interval_s=0.2)
 
     def in_slurm():
         job = slurm.job(job_id)
         return f"{job.state} ({job.reason}), restarts {job.restart_count}"
 
-    job = eventually(
+    job = wait_for(
         synced_job(cluster, slurm, job_id, "RUNNING", restart_count=1),
         timeout_s=8,
         explain=in_slurm,
@@ -161,7 +148,7 @@ def stop_controller(minicluster) -> None:
         """slurmctld to exit"""
         return not Path(f"/proc/{pid}").exists()
 
-    eventually(gone, timeout_s=20)
+    wait_for(gone, timeout_s=20)
 
 
 def start_controller() -> None:
@@ -173,7 +160,7 @@ def test_a_stopped_controller_is_an_outage_that_changes_nothing_and_then_recover
     cluster, slurm, minicluster, researcher
 ):
     job_id = submit(slurm, ONE_NODE)
-    eventually(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
+    wait_for(synced_job(cluster, slurm, job_id, "RUNNING"), timeout_s=15)
     nodes_before = list(Node.objects.order_by("name").values_list("name", "status", "reason"))
     jobs_before = list(Job.objects.order_by("slurm_id").values_list("slurm_id", "state"))
     stop_controller(minicluster)
@@ -198,7 +185,7 @@ def test_a_stopped_controller_is_an_outage_that_changes_nothing_and_then_recover
         """the sync to reach the restarted controller"""
         return sync_once(cluster, slurm).controller_up
 
-    eventually(recovered, timeout_s=30)
+    wait_for(recovered, timeout_s=30)
     assert Cluster.objects.get(pk=cluster.pk).controller_up is True
     assert "Slurm controller unreachable" not in logged_in(researcher).get("/").content.decode()
     assert Job.objects.get(slurm_id=job_id).state == "RUNNING"
@@ -217,7 +204,7 @@ def reconfigure(slurm) -> None:
         members = {p.name: p.nodes for p in slurm.partitions()}
         return members.get("spare") == ("gpu-05", "gpu-06")
 
-    eventually(reverted, timeout_s=15)
+    wait_for(reverted, timeout_s=15)
 
 
 def test_a_partition_move_lost_on_reconfigure_is_flagged_as_drift(
