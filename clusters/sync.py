@@ -319,6 +319,25 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
     return ids
 
 
+class EqualsAny(Lookup):
+    """`lhs = ANY(%s)` with the values as one PostgreSQL array parameter: as an IN
+    list, 5,000 job ids cost more to send and plan than the query did to run."""
+
+    lookup_name = "equals_any"
+    prepare_rhs = False
+
+    def as_sql(self, compiler, connection):
+        lhs, params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", [*params, list(self.rhs)]
+
+
+def _one_of(field: str, values: list) -> Q:
+    """FIELD is one of VALUES: one array parameter on PostgreSQL, an IN list elsewhere."""
+    if connection.vendor == "postgresql":
+        return Q(EqualsAny(F(field), values))
+    return Q(**{f"{field}__in": values})
+
+
 def _mark_seen(cluster: Cluster, node_ids: list[int], now: datetime) -> None:
     """One statement for every node Slurm still reports, changed or not.
 
@@ -327,8 +346,7 @@ def _mark_seen(cluster: Cluster, node_ids: list[int], now: datetime) -> None:
     last sighting is SEEN_RESOLUTION old, so "last seen" is exact to that.
     """
     if node_ids:
-        listed = EqualsAny(F("pk"), node_ids) if connection.vendor == "postgresql" else None
-        rows = Node.objects.filter(listed or Q(pk__in=node_ids), cluster=cluster)
+        rows = Node.objects.filter(_one_of("pk", node_ids), cluster=cluster)
         stale = Q(last_seen_at__isnull=True) | Q(last_seen_at__lte=now - SEEN_RESOLUTION)
         rows.filter(stale).update(last_seen_at=now)
 
@@ -497,18 +515,6 @@ class StoredJob(NamedTuple):
     key: object
 
 
-class EqualsAny(Lookup):
-    """`lhs = ANY(%s)` with the values as one PostgreSQL array parameter: as an IN
-    list, 5,000 job ids cost more to send and plan than the query did to run."""
-
-    lookup_name = "equals_any"
-    prepare_rhs = False
-
-    def as_sql(self, compiler, connection):
-        lhs, params = self.process_lhs(compiler, connection)
-        return f"{lhs} = ANY(%s)", [*params, list(self.rhs)]
-
-
 def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
     """slurm_id -> StoredJob for the jobs this snapshot may touch.
 
@@ -517,10 +523,7 @@ def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
     _job_key_function() computes the same way from Slurm's values: decoding
     every column of every job cost more than the rest of the diff.
     """
-    if connection.vendor == "postgresql":
-        listed = Q(EqualsAny(F("slurm_id"), job_ids))
-    else:
-        listed = Q(slurm_id__in=job_ids)
+    listed = _one_of("slurm_id", job_ids)
     rows = Job.objects.filter(Q(state__in=ACTIVE_JOB_STATES) | listed, cluster=cluster)
     if connection.vendor == "postgresql":
         rows = rows.annotate(sync_key=_job_digest_expression()).values_list(

@@ -168,8 +168,10 @@ def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, st
     """Healthy when the node's agent reported its checks lately, every GPU is
     healthy as reported, and nothing failed or went critical in REPORT_QUIET."""
     now = now or timezone.now()
-    checks = HealthEvent.objects.filter(node__name=node, kind=EventKind.CHECK)
-    last_report = checks.aggregate(last=Max("last_observed_at"))["last"]
+    events = HealthEvent.objects.filter(node__name=node)
+    last_report = events.filter(kind=EventKind.CHECK).aggregate(last=Max("last_observed_at"))[
+        "last"
+    ]
     if last_report is None or now - last_report > REPORT_FRESHNESS:
         seen = f"last at {last_report:%H:%M:%S}" if last_report else "none yet"
         return False, (
@@ -185,11 +187,9 @@ def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, st
     if unhealthy:
         listed = ", ".join(f"GPU {index} {health}" for index, health in unhealthy)
         return False, f"the agent on {node} reports {listed}"
-    recent = HealthEvent.objects.filter(node__name=node, last_observed_at__gte=now - REPORT_QUIET)
     bad = (
-        recent.filter(
-            Q(kind=EventKind.CHECK, status=CheckStatus.FAIL) | Q(severity=Severity.CRITICAL)
-        )
+        events.filter(last_observed_at__gte=now - REPORT_QUIET)
+        .filter(Q(kind=EventKind.CHECK, status=CheckStatus.FAIL) | Q(severity=Severity.CRITICAL))
         .order_by("-last_observed_at")
         .first()
     )
