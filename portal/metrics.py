@@ -121,10 +121,7 @@ def health_events() -> Family:
 
 def remediation_runs() -> Family:
     family = Family("medbay_remediation_runs", "gauge", "Remediation runs by status.")
-    counts = dict(Remediation.objects.values_list("status").annotate(n=Count("id")).order_by())
-    for status in RunStatus:
-        family.add(counts.get(status.value, 0), status=status.value)
-    return family
+    return _count_every_choice(family, Remediation, "status", RunStatus)
 
 
 def step_durations() -> Family:
@@ -201,17 +198,19 @@ def clusters(now: datetime) -> list[Family]:
 
 def nodes_by_status() -> Family:
     family = Family("medbay_nodes", "gauge", "Nodes by the status the board shows.")
-    counts = dict(Node.objects.values_list("status").annotate(n=Count("id")).order_by())
-    for status in NodeStatus:
-        family.add(counts.get(status.value, 0), status=status.value)
-    return family
+    return _count_every_choice(family, Node, "status", NodeStatus)
 
 
 def gpus_by_health() -> Family:
     family = Family("medbay_gpus", "gauge", "GPUs by health.")
-    counts = dict(Gpu.objects.values_list("health").annotate(n=Count("id")).order_by())
-    for health in GpuHealth:
-        family.add(counts.get(health.value, 0), health=health.value)
+    return _count_every_choice(family, Gpu, "health", GpuHealth)
+
+
+def _count_every_choice(family: Family, model, field: str, choices) -> Family:
+    """One sample per choice of FIELD, zero included, labelled with the field's name."""
+    counts = dict(model.objects.values_list(field).annotate(n=Count("id")).order_by())
+    for choice in choices:
+        family.add(counts.get(choice.value, 0), **{field: choice.value})
     return family
 
 
