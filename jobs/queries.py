@@ -9,8 +9,6 @@ from jobs.accounts import can_view_job, unix_user_for
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
 from portal.roles import Role, has_role, is_admin
 
-QUEUE_LIMIT = 500
-
 
 def visible_jobs(user):
     jobs = Job.objects.all()

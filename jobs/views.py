@@ -11,7 +11,8 @@ from jobs import services
 from jobs.accounts import can_act_on_job, can_submit, can_view_script, default_account_for
 from jobs.forms import JobForm, initial_from_params, stored_params
 from jobs.models import JobState, JobTemplate
-from jobs.queries import QUEUE_LIMIT, filter_jobs, job_for, visible_jobs
+from jobs.queries import job_for
+from jobs.queue import clean_params, queue_context
 from jobs.sbatch import render_sbatch
 from jobs.timeline import build_timeline
 from portal.roles import ANY_ROLE, Role, role_required
@@ -21,13 +22,10 @@ SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
 
 @role_required(*ANY_ROLE)
 def queue(request):
-    jobs = filter_jobs(visible_jobs(request.user), request.GET).order_by("-slurm_id")
-    partitions = visible_jobs(request.user).order_by().values_list("partition", flat=True)
+    params = clean_params(request.GET)
     context = {
-        "jobs": jobs[:QUEUE_LIMIT],
-        "params": request.GET,
+        **queue_context(request.user, params),
         "states": ["ACTIVE", *JobState.values],
-        "partitions": sorted(set(partitions)),
         "can_submit": can_submit(request.user),
     }
     return render(request, "jobs/queue.html", context)

@@ -151,6 +151,8 @@ class SimulatedCluster:
         self._jobs: dict[int, SimJob] = {}
         self._next_job_id = 1000
         self.faults: list[SimFault] = []
+        # Slurm's PrivateData: none by default, as a fresh slurm.conf; tests set {"jobs"}.
+        self.private_data_kinds: frozenset[str] = frozenset()
         self.fault_listeners: list[Callable[[SimFault], None]] = []
 
     # ----------------------------------------------------------- building
@@ -215,6 +217,9 @@ class SimulatedCluster:
     def jobs(self) -> list[JobInfo]:
         with self._lock:
             return [self._job_info(job) for job in self._jobs.values()]
+
+    def private_data(self) -> frozenset[str]:
+        return frozenset(self.private_data_kinds)
 
     def job(self, job_id: int) -> SimJob:
         try:

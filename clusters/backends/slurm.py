@@ -32,6 +32,7 @@ from clusters.backends.slurm_parsers import (
     JobListParser,
     decode_jobs_json,
     parse_nodes_json,
+    parse_private_data,
     parse_scontrol_jobs,
     parse_scontrol_nodes,
     parse_scontrol_partitions,
@@ -179,6 +180,10 @@ class SlurmBackend:
         if not jobs:
             raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
         return jobs[0]
+
+    def private_data(self) -> frozenset[str]:
+        """What the controller's PrivateData hides from ordinary users (`jobs`, `usage`, ...)."""
+        return parse_private_data(self.run(["scontrol", "show", "config"]))
 
     def configured_partitions(self) -> dict[str, tuple[str, ...]]:
         """Partition -> nodes as slurm.conf defines them.

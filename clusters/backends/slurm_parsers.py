@@ -858,3 +858,25 @@ def parse_slurm_version(text: str) -> tuple[int, int]:
     if not match:
         raise ValueError(f"no Slurm version in {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+# ---------------------------------------------------------------- scontrol show config
+
+PRIVATE_DATA_KINDS = frozenset(
+    {"accounts", "cloud", "events", "jobs", "nodes", "partitions", "reservations", "usage", "users"}
+)
+
+
+def parse_private_data(config_text: str) -> frozenset[str]:
+    """What `PrivateData = jobs,usage` in `scontrol show config` hides; empty for `none`.
+
+    slurm.conf also accepts `all`; the controller expands it before printing,
+    but an older or patched one may not, so `all` reads as every kind.
+    """
+    for line in config_text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip().lower() != "privatedata":
+            continue
+        kinds = {word.strip().lower() for word in value.split(",")} - {"", "none", "(null)"}
+        return PRIVATE_DATA_KINDS if "all" in kinds else frozenset(kinds)
+    return frozenset()
