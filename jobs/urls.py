@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import views
+from jobs import output_views, views
 
 urlpatterns = [
     path("jobs/", views.queue, name="job-queue"),
@@ -13,4 +13,6 @@ urlpatterns = [
     path("jobs/<int:slurm_id>/", views.detail, name="job-detail"),
     path("jobs/<int:slurm_id>/resubmit", views.resubmit, name="job-resubmit"),
     path("jobs/<int:slurm_id>/cancel", views.cancel, name="job-cancel"),
+    path("jobs/<int:slurm_id>/output/", output_views.output_panel, name="job-output"),
+    path("jobs/<int:slurm_id>/output/raw", output_views.output_raw, name="job-output-raw"),
 ]

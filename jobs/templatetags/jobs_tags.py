@@ -1,10 +1,55 @@
-from django import template
+import re
 
+from django import template
+from django.utils.html import conditional_escape, format_html
+from django.utils.safestring import mark_safe
+
+from jobs.accounts import can_view_script
+from jobs.output import STREAMS
 from jobs.reasons import plain_reason as _plain_reason
 
 register = template.Library()
+
+# The forms remediation steps write job ids in (clusters/remediation/steps/jobs.py):
+# "job(s) 1012, 1013", "job 1012", "requeued 1012", "already finished 1012", and
+# a note per job, "1012 released", at the start or after "; ".
+JOB_IDS = re.compile(
+    r"(\b(?:jobs?|job\(s\)|requeued|cancelled|already finished) )(\d+(?:, \d+)*)\b"
+    r"|(^|; )(\d+)(?= (?:released|ended|killed|started|is|was)\b)"
+)
+JOB_ID = re.compile(r"\d+")
 
 
 @register.filter
 def plain_reason(job) -> str:
     return _plain_reason(job)
+
+
+@register.simple_tag(takes_context=True)
+def output_streams(context, job) -> list[tuple[str, str]]:
+    """The streams this viewer may read on the job page: both, or none (private)."""
+    request = context.get("request")
+    if request is None or not can_view_script(request.user, job):
+        return []
+    return list(STREAMS.items())
+
+
+@register.filter
+def job_link(slurm_id) -> str:
+    if slurm_id in (None, ""):
+        return "—"
+    return format_html('<a href="/jobs/{}/">{}</a>', slurm_id, slurm_id)
+
+
+@register.filter(needs_autoescape=True)
+def link_job_ids(message, autoescape=True) -> str:
+    """MESSAGE, escaped, with the job ids it names linked to their job pages."""
+    text = conditional_escape(message if message is not None else "")
+
+    def link_ids(match: re.Match) -> str:
+        before, ids = (match[1], match[2]) if match[1] is not None else (match[3], match[4])
+        return before + JOB_ID.sub(lambda m: f'<a href="/jobs/{m[0]}/">{m[0]}</a>', ids)
+
+    # Only digits after a keyword and a space are linked; an entity such as &#x27; never
+    # follows a space, so linking after escaping cannot break the markup.
+    return mark_safe(JOB_IDS.sub(link_ids, str(text)))  # noqa: S308 (escaped above)

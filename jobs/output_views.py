@@ -1,0 +1,60 @@
+"""A job's output and error files: the panels on the job page and a plain-text view.
+
+Only the job's owner and admins may read them (`can_view_script`): output can
+carry paths, hostnames and secrets a training script prints. Managers get a
+sentence, researchers looking at someone else's job a 403 from `job_for`.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpResponse, HttpResponseBadRequest
+from django.shortcuts import render
+
+from jobs.accounts import can_view_script
+from jobs.output import RAW_TAIL_BYTES, STREAMS, read_stream
+from jobs.queries import job_for
+from portal.roles import ANY_ROLE, role_required
+
+PRIVATE = "This job's output is private: only its owner and administrators can read it."
+# A plain-text answer for each reason a file cannot be shown.
+RAW_STATUS = {"missing": 404, "discarded": 404, "denied": 403, "refused": 403, "no_user": 403}
+
+
+@role_required(*ANY_ROLE)
+def output_panel(request, slurm_id: int):
+    """One stream's panel; while the job is active it polls itself (live follow)."""
+    stream = request.GET.get("stream", "")
+    if stream not in STREAMS:
+        return HttpResponseBadRequest("stream must be stdout or stderr.")
+    job = job_for(request.user, slurm_id)
+    if not can_view_script(request.user, job):
+        return render(request, "jobs/partials/output_private.html", {"job": job}, status=403)
+    context = {"job": job, "tail": read_stream(job, stream)}
+    return render(request, "jobs/partials/output_stream.html", context)
+
+
+@role_required(*ANY_ROLE)
+def output_raw(request, slurm_id: int):
+    """The stream's last 4 MiB as text/plain; `download=1` saves it as a file."""
+    stream = request.GET.get("stream", "")
+    if stream not in STREAMS:
+        return HttpResponseBadRequest("stream must be stdout or stderr.")
+    job = job_for(request.user, slurm_id)
+    if not can_view_script(request.user, job):
+        return _plain(PRIVATE + "\n", status=403)
+    tail = read_stream(job, stream, max_bytes=RAW_TAIL_BYTES)
+    if tail.problem:
+        return _plain(tail.problem + "\n", status=RAW_STATUS.get(tail.problem_kind, 502))
+    response = _plain(tail.text)
+    disposition = "attachment" if request.GET.get("download") == "1" else "inline"
+    suffix = "out" if stream == "stdout" else "err"
+    response["Content-Disposition"] = f'{disposition}; filename="job-{job.slurm_id}.{suffix}.txt"'
+    return response
+
+
+def _plain(text: str, *, status: int = 200) -> HttpResponse:
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8", status=status)
+    # The file is the researcher's, not ours: never let a browser sniff it into HTML.
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    return response
