@@ -59,7 +59,6 @@ JOB_FIELDS = (
     "node_names",
     "node_count",
     "gpus",
-    "submit_at",
     "start_at",
     "end_at",
     "eligible_at",
@@ -72,6 +71,10 @@ SEEN_RESOLUTION = timedelta(seconds=30)
 VANISHED_REASON = "no longer reported by Slurm (see sacct for the outcome)"
 # `JobState.values` builds a new list on every access; the sync asks once per job.
 KNOWN_JOB_STATES = frozenset(JobState.values)
+# Slurm prints an estimate as StartTime while a job waits and the time limit's
+# end as EndTime while it runs; only a started or ended job has real ones.
+NOT_YET_STARTED = frozenset({JobState.PENDING, JobState.REQUEUED})
+NOT_YET_ENDED = NOT_YET_STARTED | {JobState.RUNNING, JobState.SUSPENDED, JobState.CONFIGURING}
 
 
 @dataclass
@@ -429,19 +432,21 @@ def _sync_node_partitions(ids, infos, partition_rows, touched) -> None:
 
 
 def _job_values(info: JobInfo) -> dict:
+    """The synced columns. Submit time is not one: Slurm resets SubmitTime on a
+    requeue, and the job's submission is the first one Medbay saw."""
+    state = info.state if info.state in KNOWN_JOB_STATES else JobState.PENDING
     return {
         "name": info.name[:255],
         "user": info.user,
         "account": info.account,
         "partition": info.partition,
-        "state": info.state if info.state in KNOWN_JOB_STATES else JobState.PENDING,
+        "state": state,
         "reason": (info.reason or "")[:255],
         "node_names": list(info.nodes),
         "node_count": info.node_count,
         "gpus": info.gpus,
-        "submit_at": info.submit_time,
-        "start_at": info.start_time,
-        "end_at": info.end_time,
+        "start_at": None if state in NOT_YET_STARTED else info.start_time,
+        "end_at": None if state in NOT_YET_ENDED else info.end_time,
         "eligible_at": info.eligible_time,
         "restart_count": info.restart_count,
         "requeue": info.requeue,
@@ -459,7 +464,15 @@ def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
         values = _job_values(info)
         old = stored.get(job_id)
         if old is None:
-            new_jobs.append(Job(cluster=cluster, slurm_id=job_id, updated_at=now, **values))
+            new_jobs.append(
+                Job(
+                    cluster=cluster,
+                    slurm_id=job_id,
+                    submit_at=info.submit_time,
+                    updated_at=now,
+                    **values,
+                )
+            )
         elif old.key != job_key(values):
             candidates.append((job_id, old.pk, values))
     changed, history, changed_fields = [], [], set()
@@ -470,7 +483,7 @@ def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
         if not differs:
             continue
         row = Job(pk=pk, cluster=cluster, slurm_id=job_id, updated_at=now, **values)
-        _record_job_change(row, was["state"], was["restart_count"], actor, now, history, result)
+        _record_job_change(row, was, actor, now, history, result)
         changed.append(row)
         changed_fields.update(differs)
     vanished = []
@@ -552,7 +565,6 @@ DIGEST_FORMS = {
     "node_names": "json",
     "node_count": "int",
     "gpus": "int",
-    "submit_at": "time",
     "start_at": "time",
     "end_at": "time",
     "eligible_at": "time",
@@ -629,15 +641,23 @@ def _job_key_function():
     return digest
 
 
-def _record_job_change(row: Job, old_state, old_restarts, actor, now, history, result) -> None:
-    """History rows for ROW, which now holds the snapshot's values."""
-    restarted = row.restart_count > old_restarts or (
-        old_state == JobState.RUNNING and row.state == JobState.PENDING
-    )
-    if restarted:
+def _record_job_change(row: Job, was: dict, actor, now, history, result) -> None:
+    """History rows for ROW, which now holds the snapshot's values; WAS, the stored ones.
+
+    A restart is Slurm's restart count going up, and only that: a requeued job
+    passes through PENDING, COMPLETING and PENDING again, which is one restart.
+    Its row keeps the nodes the job ran on, which the requeue took away.
+    """
+    old_state = was["state"]
+    if row.restart_count > was["restart_count"]:
         result.restarts.append(row.slurm_id)
         reason = f"requeued (restart {row.restart_count})"
-        history.append(_job_change(row, JobState.PENDING, reason, actor, now, from_state=old_state))
+        history.append(
+            _job_change(
+                row, JobState.PENDING, reason, actor, now,
+                from_state=old_state, nodes=was["node_names"] or row.node_names,
+            )
+        )  # fmt: skip
         if row.state != JobState.PENDING:
             history.append(
                 _job_change(row, row.state, row.reason, actor, now, from_state=JobState.PENDING)
@@ -646,7 +666,9 @@ def _record_job_change(row: Job, old_state, old_restarts, actor, now, history, r
         history.append(_job_change(row, row.state, row.reason, actor, now, from_state=old_state))
 
 
-def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobStateChange:
+def _job_change(
+    row, to_state, reason, actor, now, *, from_state=None, nodes=None
+) -> JobStateChange:
     return JobStateChange(
         job=row,
         from_state=row.state if from_state is None else from_state,
@@ -654,6 +676,7 @@ def _job_change(row, to_state, reason, actor, now, *, from_state=None) -> JobSta
         reason=(reason or "")[:255],
         actor=actor,
         restart_count=row.restart_count,
+        node_names=list(row.node_names if nodes is None else nodes),
         at=now,
     )
 

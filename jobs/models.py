@@ -95,6 +95,8 @@ class JobStateChange(models.Model):
     reason = models.CharField(max_length=255, blank=True)
     actor = models.CharField(max_length=128, default="slurm")
     restart_count = models.PositiveIntegerField(default=0)
+    # The nodes the job held: for a restart, the ones it ran on before the requeue.
+    node_names = models.JSONField(default=list, blank=True)
     at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -1,10 +1,12 @@
 """ "Why did my job restart?": one chronological story from the rows Medbay already keeps.
 
-Merges the job's state history, the remediation runs that touched it (with their
-steps), health events on its nodes while it ran and its checkpoint reports, then
-explains each restart in plain words. It reads only what was recorded, so any
-source may be missing (no remediation rows, no progress reports) and the story
-says less rather than failing.
+Merges the job's state history, the remediation runs that acted on it (their
+`RemediationJob` rows say so, wherever the job ran afterwards), health events on
+its nodes while it ran and its checkpoint reports, then explains each restart
+in plain words. A restart is Slurm's restart count going up, so the count is
+Slurm's. It reads only what was recorded, so any source may be missing (no
+remediation rows, no progress reports) and the story says less rather than
+failing; "unknown" is said only when nothing was recorded at all.
 """
 
 from __future__ import annotations
@@ -12,23 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from clusters.models import NodeStateChange
-from clusters.remediation.models import Remediation, StepOutcome, Trigger
+from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
+from clusters.remediation.models import Trigger as RunTrigger
+from health.ingest import SEVERITY_RANK
 from health.models import EventKind, HealthEvent
 from health.xid import lookup
 from jobs.models import Job, JobProgress, JobState
 
 # The sync notices a requeue up to one interval after the engine did it.
 MATCH_SLACK = timedelta(minutes=2)
-RESTART_FROM = frozenset(
-    {
-        JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED, JobState.CONFIGURING,
-        JobState.PREEMPTED, JobState.NODE_FAIL, JobState.FAILED,
-    }
-)  # fmt: skip
+# The engine's and the sync's clocks are the same host's, but not the same instant.
+CLOCK_SLACK = timedelta(seconds=5)
+RAN = frozenset({JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED, JobState.CONFIGURING})
 NODE_FAILURE_WORDS = ("nodedown", "node_fail", "node fail", "node failure", "not responding")
 
 
@@ -36,21 +37,30 @@ class Cause:
     XID = "xid_remediation"
     ADMIN = "admin_action"
     PREEMPTION = "preemption"
+    NODE_FAILURE = "node_failure"
     JOB_FAILURE = "job_failure"
+    MANUAL_REQUEUE = "manual_requeue"
     UNKNOWN = "unknown"
 
 
 @dataclass
 class Event:
-    """One line of the timeline."""
+    """One line of the timeline; `run` links a remediation's rows to its page."""
 
     at: datetime
     kind: str  # state | remediation | step | health | checkpoint
     title: str
     detail: str = ""
+    run: int | None = None
 
     def as_dict(self) -> dict:
-        return {"at": self.at, "kind": self.kind, "title": self.title, "detail": self.detail}
+        return {
+            "at": self.at,
+            "kind": self.kind,
+            "title": self.title,
+            "detail": self.detail,
+            "run": self.run,
+        }
 
 
 @dataclass
@@ -59,18 +69,30 @@ class Restart:
 
     at: datetime
     cause: str
-    sentence: str
+    sentence: str = ""
+    run: Remediation | None = None
+    fault: HealthEvent | None = None
     resumed_at: datetime | None = None
+    resumed_nodes: list[str] = field(default_factory=list)
     resumed_step: int | None = None
     lost_gpu_hours: float | None = None
+    time_lost: timedelta | None = None
 
     def as_dict(self) -> dict:
+        fault = self.fault
         return {
             "at": self.at,
             "cause": self.cause,
             "explanation": self.sentence,
+            "run": self.run.pk if self.run else None,
+            "xid": fault.xid if fault else None,
+            "gpu": fault.gpu_index if fault else None,
+            "node": fault.node.name if fault else (self.run.node.name if self.run else None),
+            "replacement": (self.run.context or {}).get("replacement") if self.run else None,
             "resumed_at": self.resumed_at,
+            "resumed_nodes": self.resumed_nodes,
             "resumed_from_step": self.resumed_step,
+            "time_lost_s": round(self.time_lost.total_seconds()) if self.time_lost else None,
             "lost_gpu_hours": self.lost_gpu_hours,
         }
 
@@ -83,29 +105,49 @@ class Timeline:
     summary: str = ""
 
 
+@dataclass
+class Facts:
+    """What one job's story is built from, read once."""
+
+    job: Job
+    changes: list
+    intervals: list[tuple[datetime, datetime]]
+    runs: list[Remediation]
+    health: list[HealthEvent]
+    progress: list[JobProgress]
+
+
 def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
     now = now or timezone.now()
     changes = list(job.state_changes.order_by("at", "id"))
     intervals = run_intervals(job, changes, now)
-    progress = list(JobProgress.objects.filter(job=job).order_by("reported_at", "id"))
-    runs = related_remediations(job, intervals, now)
+    runs = runs_that_touched(job)
     node_names = set(job.node_names) | {run.node.name for run in runs}
-    health = health_events(node_names, intervals)
+    node_names |= {name for change in changes for name in change.node_names}
+    facts = Facts(
+        job=job,
+        changes=changes,
+        intervals=intervals,
+        runs=runs,
+        health=health_events(node_names, intervals),
+        progress=list(JobProgress.objects.filter(job=job).order_by("reported_at", "id")),
+    )
     timeline = Timeline(job=job)
-    timeline.events = merge_events(changes, runs, health, progress)
-    timeline.restarts = [
-        explain_restart(job, change, changes, runs, health, progress, intervals)
-        for change in changes
-        if is_restart(change)
-    ]
+    timeline.events = merge_events(facts)
+    timeline.restarts = [explain_restart(facts, change) for change in restarts_in(changes)]
     timeline.summary = summarize(job, timeline.restarts)
     return timeline
 
 
-def is_restart(change) -> bool:
-    return change.to_state in (JobState.PENDING, JobState.REQUEUED) and (
-        change.from_state in RESTART_FROM
-    )
+def restarts_in(changes) -> list:
+    """The rows where Slurm's restart count went up: one per restart, however many
+    states the requeue passed through."""
+    found, highest = [], None
+    for change in changes:
+        if highest is not None and change.restart_count > highest:
+            found.append(change)
+        highest = change.restart_count if highest is None else max(highest, change.restart_count)
+    return found
 
 
 def run_intervals(job: Job, changes, now: datetime) -> list[tuple[datetime, datetime]]:
@@ -124,34 +166,18 @@ def run_intervals(job: Job, changes, now: datetime) -> list[tuple[datetime, date
     return intervals
 
 
-def related_remediations(job: Job, intervals, now: datetime) -> list[Remediation]:
-    """Runs naming this job in their context, or on its nodes while it ran."""
-    if not intervals and not job.submit_at:
-        return []
-    start = min([job.submit_at or now, *(a for a, _ in intervals)]) - MATCH_SLACK
-    end = max([job.end_at or now, *(b for _, b in intervals)]) + MATCH_SLACK
-    candidates = (
-        Remediation.objects.filter(created_at__range=(start, end))
+def runs_that_touched(job: Job) -> list[Remediation]:
+    """The runs that signalled, requeued, cancelled or released this job, and only those."""
+    effects = RemediationJob.objects.filter(slurm_job_id=job.slurm_id).order_by("at", "id")
+    return list(
+        Remediation.objects.filter(
+            job_effects__slurm_job_id=job.slurm_id, node__cluster_id=job.cluster_id
+        )
+        .distinct()
         .select_related("node", "requested_by", "incident")
-        .prefetch_related("steps")
+        .prefetch_related("steps", Prefetch("job_effects", queryset=effects, to_attr="effects"))
         .order_by("created_at", "id")
     )
-    names = set(job.node_names)
-    return [
-        run
-        for run in candidates
-        if job.slurm_id in _job_ids(run)
-        or (run.node.name in names and _during(run.created_at, intervals))
-    ]
-
-
-def _job_ids(run: Remediation) -> set[int]:
-    ids = (run.context or {}).get("job_ids") or []
-    return {int(value) for value in ids if str(value).isdigit()}
-
-
-def _during(at: datetime, intervals) -> bool:
-    return any(start - MATCH_SLACK <= at <= end + MATCH_SLACK for start, end in intervals)
 
 
 def health_events(node_names: set[str], intervals) -> list[HealthEvent]:
@@ -167,7 +193,7 @@ def health_events(node_names: set[str], intervals) -> list[HealthEvent]:
     )
 
 
-def merge_events(changes, runs, health, progress) -> list[Event]:
+def merge_events(facts: Facts) -> list[Event]:
     events = [
         Event(
             change.at,
@@ -175,92 +201,142 @@ def merge_events(changes, runs, health, progress) -> list[Event]:
             f"{change.from_state or 'new'} → {change.to_state}",
             f"{change.reason} ({change.actor})" if change.reason else change.actor,
         )
-        for change in changes
+        for change in facts.changes
     ]
-    for run in runs:
+    for run in facts.runs:
         who = run.requested_by.get_username() if run.requested_by else run.get_trigger_display()
         events.append(
-            Event(run.created_at, "remediation", f"Medbay {run.action} of {run.node.name}",
-                  f"{run.reason} (by {who}; {run.status})")
+            Event(run.created_at, "remediation",
+                  f"Medbay run {run.pk}: {run.get_action_display()} {run.node.name}",
+                  f"{run.reason} (by {who}; {run.get_status_display().lower()})", run.pk)
         )  # fmt: skip
         events += [
-            Event(step.started_at, "step", f"{step.name}: {step.outcome}", step.message)
+            Event(step.started_at, "step", f"{step.name.replace('_', ' ')}: {step.outcome}",
+                  step.message, run.pk)
             for step in run.steps.all()
-        ]
+        ]  # fmt: skip
     events += [
-        Event(e.observed_at, "health", f"{e.node.name}: {e.title}", e.message) for e in health
+        Event(e.observed_at, "health", f"{e.node.name}: {e.title}", e.message) for e in facts.health
     ]
     events += [
         Event(p.reported_at, "checkpoint", f"checkpoint at step {p.step:,}")
-        for p in progress
+        for p in facts.progress
         if p.checkpoint_saved
     ]
     return sorted(events, key=lambda event: event.at)
 
 
-def explain_restart(job, change, changes, runs, health, progress, intervals) -> Restart:
-    at = change.at
-    run = _run_for(at, runs, intervals)
-    cause, because = _cause(job, change, changes, run, health)
-    restart = Restart(at=at, cause=cause, sentence="")
+def explain_restart(facts: Facts, change) -> Restart:
+    run = _run_that_requeued(facts.runs, change.at)
+    restart = Restart(at=change.at, cause=Cause.UNKNOWN, run=run)
     resumed = next(
-        (c for c in changes if c.at >= at and c.id != change.id and c.to_state == "RUNNING"), None
-    )
-    restart.resumed_at = resumed.at if resumed else None
-    checkpoint = _last_checkpoint_before(at, progress)
-    restart.resumed_step = checkpoint.step if checkpoint and resumed else None
-    restart.lost_gpu_hours = _lost_gpu_hours(job, at, progress, intervals)
-    restart.sentence = _sentence(job, restart, because, run)
+        (c for c in facts.changes if c.at >= change.at and c.id != change.id
+         and c.to_state == JobState.RUNNING),
+        None,
+    )  # fmt: skip
+    stopped_at = _requeued_at(run) or change.at
+    checkpoint = _last_checkpoint_before(stopped_at, facts.progress)
+    if resumed is not None:
+        restart.resumed_at, restart.resumed_nodes = resumed.at, list(resumed.node_names)
+        restart.resumed_step = checkpoint.step if checkpoint else None
+    restart.lost_gpu_hours = _lost_gpu_hours(facts, stopped_at, checkpoint)
+    restart.cause, because = _cause(facts, change, restart)
+    detected_at = restart.fault.observed_at if restart.fault else (run.created_at if run else None)
+    if detected_at and restart.resumed_at:
+        restart.time_lost = restart.resumed_at - min(detected_at, change.at)
+    restart.sentence = _sentence(facts.job, restart, because)
     return restart
 
 
-def _run_for(at: datetime, runs, intervals) -> Remediation | None:
-    started = max((start for start, _ in intervals if start <= at), default=None)
-    before = [
+def _run_that_requeued(runs, at: datetime) -> Remediation | None:
+    """The latest run whose requeue of this job the sync saw as this restart."""
+    matching = [
         run
         for run in runs
-        if run.created_at <= at + MATCH_SLACK
-        and (started is None or run.created_at >= started - MATCH_SLACK)
+        for effect in run.effects
+        if effect.effect == JobEffect.REQUEUED and at - MATCH_SLACK <= effect.at <= at + CLOCK_SLACK
     ]
-    return before[-1] if before else None
+    return matching[-1] if matching else None
 
 
-def _cause(job, change, changes, run, health) -> tuple[str, str]:
-    if run is not None and run.trigger == Trigger.ADMIN:
+def _requeued_at(run: Remediation | None) -> datetime | None:
+    if run is None:
+        return None
+    return next((e.at for e in run.effects if e.effect == JobEffect.REQUEUED), None)
+
+
+def _cause(facts: Facts, change, restart: Restart) -> tuple[str, str]:
+    run = restart.run
+    if run is not None and run.trigger == RunTrigger.ADMIN:
         who = run.requested_by.get_username() if run.requested_by else "an admin"
         why = f" ({run.reason})" if run.reason else ""
-        return Cause.ADMIN, f"admin {who} asked Medbay to {run.action} {run.node.name}{why}"
+        action = run.get_action_display().lower()
+        return Cause.ADMIN, f"admin {who} asked Medbay to {action} {run.node.name}{why}"
     if run is not None:
-        return Cause.XID, _health_reason(run, health)
-    nearby = [c for c in changes if abs((c.at - change.at).total_seconds()) <= 1]
+        restart.fault = _fault_of(run, facts.health)
+        return Cause.XID, _fault_words(run, restart.fault)
+    nearby = [c for c in facts.changes if abs((c.at - change.at).total_seconds()) <= 1]
     text = " ".join(f"{c.from_state} {c.to_state} {c.reason}" for c in nearby).lower()
+    ran_on = list(change.node_names) or list(facts.job.node_names)
     if "preempt" in text:
-        return Cause.PREEMPTION, "it was preempted by a higher-priority job"
-    if change.actor not in ("slurm", "") and not change.actor.startswith("sync"):
-        return Cause.ADMIN, f"{change.actor} requeued it by hand"
-    if any(word in text for word in NODE_FAILURE_WORDS) or _node_failed(job, change.at):
-        return Cause.JOB_FAILURE, "a node it ran on failed, with no Medbay remediation"
-    if "requeueexit" in text or "special_exit" in text or JobState.FAILED in text.upper():
-        return Cause.JOB_FAILURE, "the job itself failed and Slurm requeued it (RequeueExit)"
-    return Cause.UNKNOWN, "Slurm requeued it for a reason Medbay did not record"
+        return Cause.PREEMPTION, "Slurm preempted it for a higher-priority job"
+    failed_node = _failed_node(ran_on, change.at)
+    if failed_node or any(word in text for word in NODE_FAILURE_WORDS):
+        node = failed_node or "a node it ran on"
+        return Cause.NODE_FAILURE, (
+            f"{node} failed under it and Slurm requeued it; Medbay had no remediation"
+            " running for that node"
+        )
+    if change.from_state == JobState.FAILED or "requeueexit" in text or "special_exit" in text:
+        code = f" (exit code {facts.job.exit_code})" if facts.job.exit_code is not None else ""
+        return Cause.JOB_FAILURE, (
+            f"the job itself failed{code} and Slurm requeued it, as its RequeueExit setting asks"
+        )
+    if change.from_state in RAN:
+        return Cause.MANUAL_REQUEUE, (
+            "someone requeued it with scontrol requeue (an admin or its owner), outside"
+            " Medbay; no fault was recorded on its nodes"
+        )
+    return (
+        Cause.UNKNOWN,
+        "Slurm requeued it while Medbay was not watching, and nothing recorded says why",
+    )
 
 
-def _health_reason(run: Remediation, health) -> str:
+def _fault_of(run: Remediation, health) -> HealthEvent | None:
+    """The XID that started the run: its incident's worst, else the node's last before it."""
+    if run.incident_id:
+        events = HealthEvent.objects.filter(incident_id=run.incident_id, kind=EventKind.XID)
+        events = list(events.select_related("node").order_by("observed_at", "id"))
+        named = [e for e in events if f"XID {e.xid}" in run.reason]
+        if named or events:
+            return (named or sorted(events, key=lambda e: -SEVERITY_RANK[e.severity]))[0]
     xids = [e for e in health if e.kind == EventKind.XID and e.node_id == run.node_id]
-    xids = [e for e in xids if e.observed_at <= run.created_at + MATCH_SLACK] or xids
-    if not xids:
+    before = [e for e in xids if e.observed_at <= run.created_at + CLOCK_SLACK]
+    return (before or xids or [None])[-1]
+
+
+def _fault_words(run: Remediation, fault: HealthEvent | None) -> str:
+    if fault is None or fault.xid is None:
         return f"Medbay's remediation of {run.node.name} ({run.reason})"
-    event = xids[-1]
-    gpu = f"GPU {event.gpu_index} on " if event.gpu_index is not None else ""
-    return f"{gpu}{run.node.name} reported XID {event.xid} ({lookup(event.xid).name})"
+    gpu = f"GPU {fault.gpu_index} on " if fault.gpu_index is not None else ""
+    return f"{gpu}{fault.node.name} reported XID {fault.xid} ({lookup(fault.xid).name})"
 
 
-def _node_failed(job, at: datetime) -> bool:
-    return NodeStateChange.objects.filter(
-        node__name__in=job.node_names,
-        to_status__in=("down", "fail"),
-        at__range=(at - MATCH_SLACK, at),
-    ).exists()
+def _failed_node(node_names: list[str], at: datetime) -> str:
+    change = (
+        NodeStateChange.objects.filter(
+            node__name__in=node_names,
+            to_status__in=("down", "fail"),
+            at__range=(at - MATCH_SLACK, at + CLOCK_SLACK),
+        )
+        .select_related("node")
+        .order_by("at")
+        .first()
+    )
+    if change is None:
+        return ""
+    return f"{change.node.name} ({change.reason})" if change.reason else change.node.name
 
 
 def _last_checkpoint_before(at: datetime, progress) -> JobProgress | None:
@@ -268,19 +344,18 @@ def _last_checkpoint_before(at: datetime, progress) -> JobProgress | None:
     return saved[-1] if saved else None
 
 
-def _lost_gpu_hours(job, at: datetime, progress, intervals) -> float | None:
-    """GPUs × time since the last checkpoint, counted from this attempt's start at most.
-
-    None when the job never reported progress: then Medbay cannot know what was lost.
-    """
-    if not job.gpus or not any(p.reported_at <= at for p in progress):
+def _lost_gpu_hours(facts: Facts, stopped_at: datetime, checkpoint) -> float | None:
+    """GPUs × the work since the last checkpoint before the job was stopped, counted
+    from this attempt's start at most. None when the job never reported progress:
+    then Medbay cannot know what was lost."""
+    job = facts.job
+    if not job.gpus or not any(p.reported_at <= stopped_at for p in facts.progress):
         return None
-    started = max((start for start, _ in intervals if start <= at), default=None)
-    checkpoint = _last_checkpoint_before(at, progress)
+    started = max((start for start, _ in facts.intervals if start <= stopped_at), default=None)
     candidates = [t for t in (started, checkpoint.reported_at if checkpoint else None) if t]
     if not candidates:
         return None
-    return round(job.gpus * (at - max(candidates)).total_seconds() / 3600, 1)
+    return round(job.gpus * (stopped_at - max(candidates)).total_seconds() / 3600, 1)
 
 
 STEP_PHRASES = {
@@ -291,7 +366,7 @@ STEP_PHRASES = {
     "requeue_jobs": "requeued it",
     "reset_gpu": "reset the GPU",
     "reboot": "rebooted {node}",
-    "replace": "replaced {node} with {replacement}",
+    "replace": "replaced {node} with spare {replacement}",
     "release_jobs": "released it to start again",
 }
 
@@ -311,7 +386,7 @@ def remediation_steps(run: Remediation) -> list[str]:
         if phrase not in done:
             done.append(phrase)
     if not done:
-        return [f"Medbay ran {run.action} on {run.node.name}"]
+        return [f"Medbay started {run.get_action_display().lower()} on {run.node.name}"]
     return ["Medbay " + done[0], *done[1:]]
 
 
@@ -319,25 +394,38 @@ def _join(phrases: list[str]) -> str:
     return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
 
-def _sentence(job, restart: Restart, because: str, run) -> str:
+def _sentence(job, restart: Restart, because: str) -> str:
     text = f"Job {job.slurm_id} restarted at {_hhmm(restart.at)} because {because}."
-    tail = []
+    run = restart.run
+    if run is not None:
+        status = run.get_status_display().lower()
+        text += f" {_join(remediation_steps(run))} (run {run.pk}, {status})."
     if restart.resumed_at:
-        resumed = f"the job resumed at {_hhmm(restart.resumed_at)}"
+        text += f" It resumed at {_hhmm(restart.resumed_at)}"
         if restart.resumed_step is not None:
-            resumed += f" from step {restart.resumed_step:,}"
-        tail.append(resumed)
-    if run is not None and restart.cause in (Cause.XID, Cause.ADMIN):
-        text += f" {_join(remediation_steps(run) + tail)}."
-    elif tail:
-        text += f" {_capital(tail.pop())}."
+            text += f" from the checkpoint at step {restart.resumed_step:,}"
+        if restart.resumed_nodes:
+            text += f" on {_join(restart.resumed_nodes)}"
+        text += "."
+    else:
+        text += " It is not running again yet."
+    if restart.time_lost is not None:
+        since = "the fault" if restart.fault else "Medbay's action"
+        text += f" Time lost: {_duration(restart.time_lost)}, from {since} to running again."
     if restart.lost_gpu_hours is not None:
         text += f" Estimated lost work: {restart.lost_gpu_hours} GPU-hours."
     return text
 
 
-def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
+def _duration(span: timedelta) -> str:
+    seconds = max(0, round(span.total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {seconds} s"
+    return f"{seconds} s"
 
 
 def _hhmm(at: datetime) -> str:
@@ -345,12 +433,23 @@ def _hhmm(at: datetime) -> str:
 
 
 def summarize(job: Job, restarts: list[Restart]) -> str:
-    if not restarts:
+    count = max(job.restart_count, len(restarts))
+    if not count:
         state = job.get_state_display().lower()
         return f"Job {job.slurm_id} has not restarted; it is {state}."
-    if len(restarts) == 1:
+    if not restarts:
+        return (
+            f"Job {job.slurm_id} restarted {_times(count)} before Medbay watched it;"
+            " nothing recorded says why."
+        )
+    if count == 1:
         return restarts[0].sentence
+    seen = "" if len(restarts) == count else f" (Medbay saw {len(restarts)} of them)"
     lost = [r.lost_gpu_hours for r in restarts if r.lost_gpu_hours is not None]
     total = f" In all about {round(sum(lost), 1)} GPU-hours were lost." if lost else ""
     latest = restarts[-1].sentence
-    return f"Job {job.slurm_id} restarted {len(restarts)} times. The latest: {latest}{total}"
+    return f"Job {job.slurm_id} restarted {_times(count)}{seen}. The latest: {latest}{total}"
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"

@@ -193,6 +193,45 @@ class RemediationStep(models.Model):
         return f"{self.remediation_id}#{self.index} {self.name}: {self.outcome}"
 
 
+class JobEffect(models.TextChoices):
+    """What a run did to a job, in the order a recovery does them."""
+
+    SIGNALLED = "signalled", "signalled to checkpoint"
+    REQUEUED = "requeued"
+    CANCELLED = "cancelled"
+    RELEASED = "released", "released to start again"
+
+
+class RemediationJob(models.Model):
+    """Append-only: a run acted on a job. What explains a job's restart reads these.
+
+    The job is named by its Slurm id (and the run's node's cluster), not by a
+    foreign key: the engine acts on jobs that the sync may not have stored yet,
+    and a run's record must not depend on the jobs app.
+    """
+
+    remediation = models.ForeignKey(
+        Remediation, on_delete=models.CASCADE, related_name="job_effects"
+    )
+    slurm_job_id = models.BigIntegerField(db_index=True)
+    effect = models.CharField(max_length=16, choices=JobEffect.choices)
+    # The nodes the job held when the run acted on it.
+    nodes = models.JSONField(default=list, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            # A step re-run after a crash records what it already did only once.
+            models.UniqueConstraint(
+                fields=["remediation", "slurm_job_id", "effect"], name="one_effect_per_run_job"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.remediation_id} {self.effect} job {self.slurm_job_id}"
+
+
 class RemediationStatusChange(models.Model):
     """Append-only history of a run's status: from, to, why, who, when."""
 

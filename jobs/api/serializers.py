@@ -74,12 +74,26 @@ class TimelineEventSerializer(serializers.Serializer):
     kind = serializers.CharField()
     title = serializers.CharField()
     detail = serializers.CharField()
+    run = serializers.IntegerField(allow_null=True, help_text="the remediation run it belongs to")
 
 
 class RestartSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
     cause = serializers.CharField()
     explanation = serializers.CharField()
+    run = serializers.IntegerField(
+        allow_null=True, help_text="the remediation run that requeued it"
+    )
+    xid = serializers.IntegerField(allow_null=True)
+    gpu = serializers.IntegerField(allow_null=True)
+    node = serializers.CharField(allow_null=True)
+    replacement = serializers.CharField(
+        allow_null=True, help_text="the spare that replaced the node"
+    )
     resumed_at = serializers.DateTimeField(allow_null=True)
+    resumed_nodes = serializers.ListField(child=serializers.CharField())
     resumed_from_step = serializers.IntegerField(allow_null=True)
+    time_lost_s = serializers.IntegerField(
+        allow_null=True, help_text="from the fault (or Medbay's action) to running again"
+    )
     lost_gpu_hours = serializers.FloatField(allow_null=True)

@@ -1,4 +1,9 @@
-""" "Why did my job restart?" built from recorded rows, one test per cause."""
+""" "Why did my job restart?" built from recorded rows, one test per cause.
+
+The rows are the ones the sync and the engine write: history rows carry Slurm's
+restart count and the nodes the job held; a run's acts on a job are its
+`RemediationJob` rows.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from clusters.models import Node
-from clusters.remediation.models import Remediation, RemediationStep
+from clusters.remediation.models import Remediation, RemediationJob, RemediationStep
 from health.models import HealthEvent
 from jobs.models import Job, JobProgress, JobStateChange
 
@@ -33,7 +38,7 @@ def job(cluster):
         node_names=["gpu-03", "gpu-05"],
         node_count=2,
         gpus=16,
-        restart_count=1,
+        restart_count=0,
         submit_at=at(8, 59),
         start_at=at(10, 7),
     )
@@ -41,16 +46,23 @@ def job(cluster):
     return job
 
 
-def history(job, *rows, reason=""):
+def history(job, *rows, reason="", restarts=0, nodes=("gpu-02", "gpu-03")):
     for from_state, to_state, when in rows:
         JobStateChange.objects.create(
-            job=job, from_state=from_state, to_state=to_state, at=when, reason=reason
+            job=job,
+            from_state=from_state,
+            to_state=to_state,
+            at=when,
+            reason=reason,
+            restart_count=restarts,
+            node_names=list(nodes),
         )
 
 
-def requeue_and_resume(job, *, reason="requeued (restart 1)"):
-    history(job, ("RUNNING", "PENDING", at(10, 2)), reason=reason)
-    history(job, ("PENDING", "RUNNING", at(10, 7)))
+def requeue_and_resume(job, *, reason="requeued (restart 1)", restarts=1):
+    Job.objects.filter(pk=job.pk).update(restart_count=restarts)
+    history(job, ("RUNNING", "PENDING", at(10, 2)), reason=reason, restarts=restarts)
+    history(job, ("PENDING", "RUNNING", at(10, 7)), restarts=restarts, nodes=["gpu-03", "gpu-05"])
 
 
 def checkpoints(job):
@@ -65,10 +77,15 @@ def remediation(job, *, trigger, steps, requested_by=None, action="replace", rea
         trigger=trigger,
         status="succeeded",
         reason=reason,
-        context={"job_ids": [job.slurm_id], "replacement": "gpu-05", "grace_s": 120},
+        context={"replacement": "gpu-05", "grace_s": 120},
         requested_by=requested_by,
         created_at=at(9, 58, 30),
     )
+    for effect, when in (("signalled", at(9, 59)), ("requeued", at(10, 1, 30))):
+        RemediationJob.objects.create(
+            remediation=run, slurm_job_id=job.slurm_id, effect=effect, at=when,
+            nodes=["gpu-02", "gpu-03"],
+        )  # fmt: skip
     for index, name in enumerate(steps):
         RemediationStep.objects.create(
             remediation=run, index=index, name=name, outcome="succeeded", started_at=at(10, 0)
@@ -97,12 +114,12 @@ def timeline(login, user, slurm_id=1234):
     return response.json()
 
 
-def test_an_xid_driven_restart_is_explained_with_the_gpu_the_steps_and_the_lost_work(
+def test_an_xid_driven_restart_is_explained_with_the_gpu_the_spare_and_the_lost_work(
     login, job, researcher
 ):
     xid_event()
     checkpoints(job)
-    remediation(
+    run = remediation(
         job,
         trigger="health_event",
         steps=["drain", "signal_jobs", "wait_grace", "requeue_jobs", "replace", "release_jobs"],
@@ -115,11 +132,19 @@ def test_an_xid_driven_restart_is_explained_with_the_gpu_the_steps_and_the_lost_
         "Job 1234 restarted at 10:02 because GPU 3 on gpu-02 reported XID 79"
         " (GPU has fallen off the bus). Medbay drained gpu-02, signalled the job to"
         " checkpoint, gave the job 120 s to checkpoint, requeued it, replaced gpu-02 with"
-        " gpu-05, released it to start again and the job resumed at 10:07 from step 4,200."
-        " Estimated lost work: 3.2 GPU-hours."
+        f" spare gpu-05 and released it to start again (run {run.pk}, succeeded)."
+        " It resumed at 10:07 from the checkpoint at step 4,200 on gpu-03 and gpu-05."
+        " Time lost: 9 min 0 s, from the fault to running again."
+        " Estimated lost work: 3.1 GPU-hours."
     )
-    assert data["restarts"][0]["cause"] == "xid_remediation"
-    assert data["restarts"][0]["lost_gpu_hours"] == 3.2
+    restart = data["restarts"][0]
+    assert restart["cause"] == "xid_remediation"
+    assert (restart["xid"], restart["gpu"], restart["node"]) == (79, 3, "gpu-02")
+    assert (restart["run"], restart["replacement"]) == (run.pk, "gpu-05")
+    assert restart["resumed_from_step"] == 4200
+    assert restart["time_lost_s"] == 540
+    # 16 GPUs from the 9:50 checkpoint to the requeue at 10:01:30.
+    assert restart["lost_gpu_hours"] == 3.1
 
 
 def test_the_events_are_merged_in_time_order(login, job, researcher):
@@ -138,8 +163,37 @@ def test_the_events_are_merged_in_time_order(login, job, researcher):
     assert events[3]["title"] == "gpu-02: XID 79: GPU has fallen off the bus"
 
 
+def test_a_run_appears_only_on_the_jobs_it_acted_on(login, job, researcher, cluster):
+    """A run on a node the job later used, or used at the same time, is not its story."""
+    other = Job.objects.create(
+        cluster=cluster, slurm_id=1300, user="alice", state="RUNNING", node_names=["gpu-02"],
+        start_at=at(9, 0),
+    )  # fmt: skip
+    history(other, ("", "RUNNING", at(9, 0)), nodes=["gpu-02"])
+    run = remediation(job, trigger="health_event", steps=["drain", "requeue_jobs"])
+    requeue_and_resume(job)
+
+    mine = timeline(login, researcher)["events"]
+    theirs = timeline(login, researcher, slurm_id=1300)["events"]
+
+    assert {e["run"] for e in mine if e["run"]} == {run.pk}
+    assert [e for e in theirs if e["run"]] == []
+
+
+def test_the_run_stays_on_the_job_after_it_moved_to_other_nodes(login, job, researcher):
+    xid_event()
+    remediation(job, trigger="health_event", steps=["drain", "requeue_jobs", "replace"])
+    requeue_and_resume(job)
+    Job.objects.filter(pk=job.pk).update(node_names=["gpu-03", "gpu-05"])
+
+    data = timeline(login, researcher)
+
+    assert data["restarts"][0]["cause"] == "xid_remediation"
+    assert "XID 79" in data["summary"] and "replaced gpu-02 with spare gpu-05" in data["summary"]
+
+
 def test_an_admin_action_is_told_apart_from_an_xid(login, job, researcher, admin_user):
-    remediation(
+    run = remediation(
         job,
         trigger="admin",
         requested_by=admin_user,
@@ -152,23 +206,26 @@ def test_an_admin_action_is_told_apart_from_an_xid(login, job, researcher, admin
     data = timeline(login, researcher)
 
     assert data["restarts"][0]["cause"] == "admin_action"
-    assert data["summary"].startswith(
+    assert data["summary"] == (
         "Job 1234 restarted at 10:02 because admin admin asked Medbay to drain gpu-02"
-        " (firmware update). Medbay drained gpu-02, requeued it and the job resumed at 10:07."
+        f" (firmware update). Medbay drained gpu-02 and requeued it (run {run.pk}, succeeded)."
+        " It resumed at 10:07 on gpu-03 and gpu-05."
+        " Time lost: 8 min 30 s, from Medbay's action to running again."
     )
 
 
 def test_a_preemption_is_explained_as_such(login, job, researcher):
+    Job.objects.filter(pk=job.pk).update(restart_count=1)
     history(job, ("RUNNING", "PREEMPTED", at(10, 2)), reason="Preempted")
-    history(job, ("PREEMPTED", "PENDING", at(10, 2)), reason="requeued (restart 1)")
-    history(job, ("PENDING", "RUNNING", at(10, 7)))
+    history(job, ("PREEMPTED", "PENDING", at(10, 2)), reason="requeued (restart 1)", restarts=1)
+    history(job, ("PENDING", "RUNNING", at(10, 7)), restarts=1)
 
     data = timeline(login, researcher)
 
     assert data["restarts"][0]["cause"] == "preemption"
     assert data["summary"] == (
-        "Job 1234 restarted at 10:02 because it was preempted by a higher-priority job."
-        " The job resumed at 10:07."
+        "Job 1234 restarted at 10:02 because Slurm preempted it for a higher-priority job."
+        " It resumed at 10:07 on gpu-02 and gpu-03."
     )
 
 
@@ -176,24 +233,57 @@ def test_the_jobs_own_failure_is_explained_with_lost_work_since_the_checkpoint(
     login, job, researcher
 ):
     checkpoints(job)
+    Job.objects.filter(pk=job.pk).update(restart_count=1, exit_code=1)
     history(job, ("RUNNING", "FAILED", at(10, 2)), reason="NonZeroExitCode")
-    history(job, ("FAILED", "PENDING", at(10, 2)), reason="requeued (restart 1)")
-    history(job, ("PENDING", "RUNNING", at(10, 7)))
+    history(job, ("FAILED", "PENDING", at(10, 2)), reason="requeued (restart 1)", restarts=1)
+    history(job, ("PENDING", "RUNNING", at(10, 7)), restarts=1)
 
     data = timeline(login, researcher)
 
     assert data["restarts"][0]["cause"] == "job_failure"
-    assert "because the job itself failed and Slurm requeued it (RequeueExit)" in data["summary"]
+    assert (
+        "because the job itself failed (exit code 1) and Slurm requeued it,"
+        " as its RequeueExit setting asks" in data["summary"]
+    )
     assert "Estimated lost work: 3.2 GPU-hours." in data["summary"]
 
 
-def test_a_node_failure_without_a_medbay_run_counts_as_the_jobs_own_failure(login, job, researcher):
-    requeue_and_resume(job, reason="NodeDown")
+def test_a_node_failure_outside_medbay_names_the_node(login, job, researcher):
+    from clusters.models import NodeStateChange
+
+    NodeStateChange.objects.create(
+        node=Node.objects.get(name="gpu-02"), from_status="allocated", to_status="down",
+        reason="Not responding", at=at(10, 1),
+    )  # fmt: skip
+    requeue_and_resume(job)
 
     data = timeline(login, researcher)
 
-    assert data["restarts"][0]["cause"] == "job_failure"
-    assert "a node it ran on failed, with no Medbay remediation" in data["summary"]
+    assert data["restarts"][0]["cause"] == "node_failure"
+    assert data["summary"].startswith(
+        "Job 1234 restarted at 10:02 because gpu-02 (Not responding) failed under it and"
+        " Slurm requeued it; Medbay had no remediation running for that node."
+    )
+
+
+def test_a_plain_scontrol_requeue_is_not_called_unknown(login, job, researcher):
+    requeue_and_resume(job)
+
+    data = timeline(login, researcher)
+
+    assert data["restarts"][0]["cause"] == "manual_requeue"
+    assert "someone requeued it with scontrol requeue" in data["summary"]
+
+
+def test_unknown_is_said_only_when_nothing_was_recorded(login, job, researcher):
+    Job.objects.filter(pk=job.pk).update(restart_count=1, state="PENDING")
+    history(job, ("PENDING", "PENDING", at(10, 2)), reason="BeginTime", restarts=1)
+
+    data = timeline(login, researcher)
+
+    assert data["restarts"][0]["cause"] == "unknown"
+    assert "nothing recorded says why" in data["summary"]
+    assert "It is not running again yet." in data["summary"]
 
 
 def test_a_job_that_never_restarted_says_so(login, job, researcher):
@@ -203,11 +293,25 @@ def test_a_job_that_never_restarted_says_so(login, job, researcher):
     assert data["restarts"] == []
 
 
+def test_a_requeue_through_completing_is_one_restart_as_slurm_counts(login, job, researcher):
+    Job.objects.filter(pk=job.pk).update(restart_count=1)
+    history(job, ("RUNNING", "PENDING", at(10, 2)), reason="requeued (restart 1)", restarts=1)
+    history(job, ("PENDING", "COMPLETING", at(10, 2, 2)), restarts=1)
+    history(job, ("COMPLETING", "PENDING", at(10, 2, 4)), restarts=1)
+    history(job, ("PENDING", "RUNNING", at(10, 7)), restarts=1)
+
+    data = timeline(login, researcher)
+
+    assert len(data["restarts"]) == 1
+    assert not data["summary"].startswith("Job 1234 restarted 2 times")
+
+
 def test_several_restarts_are_counted_and_the_lost_work_added_up(login, job, researcher):
     checkpoints(job)
-    requeue_and_resume(job, reason="NodeDown")
-    history(job, ("RUNNING", "PENDING", at(10, 30)), reason="NodeDown")
-    history(job, ("PENDING", "RUNNING", at(10, 35)))
+    requeue_and_resume(job)
+    Job.objects.filter(pk=job.pk).update(restart_count=2)
+    history(job, ("RUNNING", "PENDING", at(10, 30)), reason="requeued (restart 2)", restarts=2)
+    history(job, ("PENDING", "RUNNING", at(10, 35)), restarts=2)
 
     summary = timeline(login, researcher)["summary"]
 
@@ -216,12 +320,22 @@ def test_several_restarts_are_counted_and_the_lost_work_added_up(login, job, res
     assert summary.endswith("In all about 9.3 GPU-hours were lost.")
 
 
+def test_restarts_before_medbay_watched_are_counted_as_slurm_counts(login, job, researcher):
+    Job.objects.filter(pk=job.pk).update(restart_count=3)
+
+    summary = timeline(login, researcher)["summary"]
+
+    assert summary == (
+        "Job 1234 restarted 3 times before Medbay watched it; nothing recorded says why."
+    )
+
+
 def test_the_job_page_shows_the_summary(login, job, researcher):
-    requeue_and_resume(job, reason="NodeDown")
+    requeue_and_resume(job)
 
     page = login(researcher).get("/jobs/1234/").content.decode()
 
-    assert "Job 1234 restarted at 10:02 because a node it ran on failed" in page
+    assert "Job 1234 restarted at 10:02 because someone requeued it" in page
 
 
 def test_another_researcher_cannot_read_the_timeline(login, job, other_researcher):

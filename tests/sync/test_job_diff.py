@@ -45,9 +45,9 @@ CHANGES = {
     "node_names": {"nodes": ("gpu-01", "gpu-03")},
     "node_count": {"node_count": 3},
     "gpus": {"gpus": 24},
-    "submit_at": {"submit_time": START.replace(second=1)},
     "start_at": {"start_time": START.replace(microsecond=123457)},
-    "end_at": {"end_time": START.replace(hour=9)},
+    # Slurm's EndTime of a running job is its time limit's end: kept once it ended.
+    "end_at": {"end_time": START.replace(hour=9), "state": "COMPLETED"},
     "eligible_at": {"eligible_time": None},
     "restart_count": {"restart_count": 1},
     "requeue": {"requeue": False},
@@ -98,3 +98,27 @@ def test_node_lists_that_print_alike_are_still_told_apart(stored, nodes):
     job = Job.objects.get(slurm_id=41)
     assert job.node_names == ["a", "b"]
     assert result.jobs_changed == ([] if nodes == ("a", "b") else [job.pk])
+
+
+def test_a_requeue_keeps_the_original_submit_time(stored):
+    requeued = replace(FULL, state="PENDING", submit_time=START.replace(hour=10), restart_count=1)
+    apply_snapshot(stored, [], [], [requeued, SPARSE])
+    assert Job.objects.get(slurm_id=41).submit_at == FULL.submit_time
+
+
+def test_slurms_estimates_are_not_taken_for_start_and_end_times(stored):
+    estimated = replace(FULL, end_time=START.replace(hour=18))
+    apply_snapshot(stored, [], [], [estimated, SPARSE])
+    assert Job.objects.get(slurm_id=41).end_at is None
+    waiting = replace(FULL, state="PENDING", start_time=START.replace(hour=20), restart_count=1)
+    apply_snapshot(stored, [], [], [waiting, SPARSE])
+    assert Job.objects.get(slurm_id=41).start_at is None
+
+
+def test_a_requeue_seen_through_completing_and_pending_is_one_restart(stored):
+    for state, restarts in (("PENDING", 1), ("COMPLETING", 1), ("PENDING", 1), ("RUNNING", 1)):
+        apply_snapshot(stored, [], [], [replace(FULL, state=state, restart_count=restarts), SPARSE])
+    rows = JobStateChange.objects.filter(job__slurm_id=41, reason__startswith="requeued")
+    assert list(rows.values_list("from_state", "to_state", "node_names")) == [
+        ("RUNNING", "PENDING", ["gpu-01", "gpu-02"])
+    ]

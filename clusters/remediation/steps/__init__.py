@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
 from clusters.backends.base import ClusterBackend, FleetProvider, JobInfo, NodeInfo
-from clusters.remediation.models import Remediation, StepOutcome
+from clusters.remediation.models import Remediation, RemediationJob, StepOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,28 @@ class StepContext:
     def seconds_since(self, stamp: str) -> float:
         moment = parse_datetime(stamp or "")
         return (self.now - moment).total_seconds() if moment else 0.0
+
+    def record_jobs(self, run: Remediation, effect: str, held: dict[int, list[str]]) -> None:
+        """Write that the run did EFFECT to the jobs in HELD (id -> their nodes), once each.
+
+        Written as the step acts, not after: a restart explanation must name the
+        run even when the worker dies before it records the step's result.
+        """
+        if run.pk is None or not held:
+            return
+        RemediationJob.objects.bulk_create(
+            [
+                RemediationJob(
+                    remediation=run,
+                    slurm_job_id=int(job_id),
+                    effect=effect,
+                    nodes=list(node_names),
+                    at=self.now,
+                )
+                for job_id, node_names in held.items()
+            ],
+            ignore_conflicts=True,
+        )
 
     def notify_owners(self, run: Remediation, job_ids, what: str) -> None:
         """Tell the jobs' owners what happened, once the step's result is committed."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clusters.backends.base import BackendError
 from clusters.models import Partition
+from clusters.remediation.models import JobEffect
 from clusters.remediation.steps import (
     failed,
     needs_attention,
@@ -46,6 +47,9 @@ def signal_jobs(run, ctx):
         known.setdefault(str(job.job_id), _job_record(job))
     if not known:
         return skipped(f"no running jobs on {run.node.name}")
+    ctx.record_jobs(
+        run, JobEffect.SIGNALLED, {job.job_id: job.nodes for job in jobs if job.job_id in signalled}
+    )
     ctx.context["signalled_at"] = ctx.now.isoformat()
     ctx.notify_owners(run, signalled, "signalled")
     return succeeded(f"sent USR1 to job(s) {_ids(signalled)}")
@@ -113,6 +117,12 @@ def requeue_jobs(run, ctx):
             ctx.backend.cancel_job(info.job_id)
             cancelled.append(info.job_id)
             ctx.notify_owners(run, [info.job_id], "cancelled")
+    ctx.record_jobs(
+        run, JobEffect.REQUEUED, {job_id: _old_nodes(ctx, job_id) for job_id in requeued}
+    )
+    ctx.record_jobs(
+        run, JobEffect.CANCELLED, {job_id: _old_nodes(ctx, job_id) for job_id in cancelled}
+    )
     ctx.context["requeued"] = sorted(set(ctx.context.get("requeued", [])) | set(requeued))
     ctx.context["cancelled"] = sorted(set(ctx.context.get("cancelled", [])) | set(cancelled))
     ctx.context.setdefault("requeued_at", ctx.now.isoformat())
@@ -134,6 +144,9 @@ def requeue_or_cancel(run, ctx, jobs) -> tuple[list[int], list[int]]:
         else:
             ctx.backend.cancel_job(job.job_id)
             cancelled.append(job.job_id)
+    nodes = {job.job_id: job.nodes for job in jobs}
+    ctx.record_jobs(run, JobEffect.REQUEUED, {job_id: nodes[job_id] for job_id in requeued})
+    ctx.record_jobs(run, JobEffect.CANCELLED, {job_id: nodes[job_id] for job_id in cancelled})
     ctx.notify_owners(run, requeued, "requeued")
     ctx.notify_owners(run, cancelled, "cancelled")
     return requeued, cancelled
@@ -149,7 +162,7 @@ def release_jobs(run, ctx):
     busy = _completing_nodes(ctx)
     notes, waits = [], []
     for job_id in pending:
-        verdict = _release_one(ctx, job_id, current.get(job_id), releases, busy)
+        verdict = _release_one(run, ctx, job_id, current.get(job_id), releases, busy)
         if verdict is None:
             waits.append(job_id)
         elif verdict.startswith("killed"):
@@ -170,7 +183,7 @@ def release_jobs(run, ctx):
     return succeeded(_join(notes))
 
 
-def _release_one(ctx, job_id, info, releases, busy) -> str | None:
+def _release_one(run, ctx, job_id, info, releases, busy) -> str | None:
     """'started'/'running'/... when done with the job, 'killed ...' on a bad release,
     None while it must wait."""
     record = releases.get(str(job_id), {})
@@ -208,6 +221,7 @@ def _release_one(ctx, job_id, info, releases, busy) -> str | None:
             raise
         return None
     releases[str(job_id)] = {"released_at": ctx.now.isoformat()}
+    ctx.record_jobs(run, JobEffect.RELEASED, {job_id: _old_nodes(ctx, job_id)})
     return None
 
 
