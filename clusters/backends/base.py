@@ -107,6 +107,39 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class JobOutputPaths:
+    """Where a job's batch script writes its output and errors (absolute, expanded)."""
+
+    stdout: str
+    stderr: str
+    user: str = ""  # the job's Unix user as the backend reports it
+
+
+@dataclass(frozen=True)
+class FileTail:
+    """The last bytes of a file, decoded for display."""
+
+    path: str
+    text: str
+    truncated: bool = False  # the file is longer than what was read
+
+
+class JobFileError(BackendError):
+    """A job's output file could not be read; `kind` names why, the message says it in words."""
+
+    MISSING = "missing"
+    DENIED = "denied"
+    NO_USER = "no_user"
+    REFUSED = "refused"
+    DISCARDED = "discarded"
+    FAILED = "failed"
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message, permanent=kind != self.FAILED)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
 class JobSubmission:
     """A batch script to run as a given Unix user."""
 
@@ -142,6 +175,10 @@ class ClusterBackend(Protocol):
     def release_job(self, job_id: int) -> None: ...
     def start_now(self, job_id: int) -> None: ...
     def submit_job(self, submission: JobSubmission) -> int: ...
+
+    def job_output_paths(self, job_id: int) -> JobOutputPaths: ...
+    # Reads as USER, never as the portal's own account; raises JobFileError.
+    def read_job_file(self, user: str, path: str, max_bytes: int) -> FileTail: ...
 
 
 @runtime_checkable

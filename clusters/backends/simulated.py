@@ -18,11 +18,15 @@ from datetime import UTC, datetime, timedelta
 
 from clusters.backends.base import (
     BackendError,
+    FileTail,
+    JobFileError,
     JobInfo,
+    JobOutputPaths,
     JobSubmission,
     NodeInfo,
     PartitionInfo,
 )
+from clusters.backends.job_files import expand_output_pattern
 
 # Llama 3 405B pre-training: 419 unexpected interruptions in 54 days on 16,384
 # GPUs, about 58% of them GPU-related (Meta, "The Llama 3 Herd of Models").
@@ -456,6 +460,51 @@ class SimulatedCluster:
         )
         return job_id
 
+    # ----------------------------------------------------------- job output
+    def job_output_paths(self, job_id: int) -> JobOutputPaths:
+        """The --output/--error of the job's script, expanded as Slurm would."""
+        with self._lock:
+            job = self.job(job_id)
+            directives = parse_sbatch_directives(job.script)
+            fields = {
+                "job_id": job.job_id,
+                "user": job.user,
+                "name": job.name,
+                "workdir": directives.get("chdir") or f"/home/{job.user}",
+                "node": job.nodes[0] if job.nodes else "",
+            }
+            stdout = expand_output_pattern(directives.get("output") or "slurm-%j.out", **fields)
+            stderr = directives.get("error")
+            stderr = expand_output_pattern(stderr, **fields) if stderr else stdout
+            return JobOutputPaths(stdout=stdout, stderr=stderr, user=job.user)
+
+    def read_job_file(self, user: str, path: str, max_bytes: int) -> FileTail:
+        """A few made-up log lines, so that the demo's job pages show something."""
+        if user == "root" or not user:
+            raise JobFileError(JobFileError.REFUSED, f"Medbay does not read files as {user!r}.")
+        with self._lock:
+            job = next(
+                (j for j in self._jobs.values() if j.user == user and path in self._paths_of(j)),
+                None,
+            )
+            if job is None or (job.start_time is None and not job.restart_count):
+                raise JobFileError(
+                    JobFileError.MISSING,
+                    f"{path} does not exist (yet): Slurm creates it when the job starts.",
+                )
+            paths = self.job_output_paths(job.job_id)
+            errors_only = path == paths.stderr and paths.stderr != paths.stdout
+            text = _fake_log(job, self.now, errors_only=errors_only).encode()
+        return FileTail(
+            path=path,
+            text=text[-max_bytes:].decode(errors="replace"),
+            truncated=len(text) > max_bytes,
+        )
+
+    def _paths_of(self, job: SimJob) -> tuple[str, str]:
+        paths = self.job_output_paths(job.job_id)
+        return paths.stdout, paths.stderr
+
     # ----------------------------------------------------------- fleet
     def cordon(self, node: str, reason: str) -> None:
         with self._lock:
@@ -693,6 +742,25 @@ def _weighted_choice(rng: random.Random, weighted: Sequence[tuple[int, float]]) 
         if point <= 0:
             return value
     return weighted[-1][0]
+
+
+def _fake_log(job: SimJob, now: datetime, *, errors_only: bool) -> str:
+    """What a training script prints: a banner per attempt, then a loss a minute."""
+    if errors_only:
+        return "".join(
+            f"srun: warning: job {job.job_id} requeued (attempt {attempt + 1})\n"
+            for attempt in range(job.restart_count)
+        )
+    started = job.start_time or job.submit_time
+    ran = (job.end_time or now) - started if job.start_time else timedelta(0)
+    lines = [f"attempt {attempt}: resumed from checkpoint" for attempt in range(job.restart_count)]
+    lines.append(f"job {job.job_id} ({job.name}) on {','.join(job.nodes) or 'no node yet'}")
+    steps = int(ran.total_seconds() // 60) + 1
+    for step in range(max(steps - 20, 0), steps):
+        lines.append(f"step {step * 100:>6}  loss {2.5 / (1 + step * 0.1):.4f}")
+    if job.state in TERMINAL_JOB_STATES:
+        lines.append(f"finished: {job.state.lower()} (exit code {job.exit_code or 0})")
+    return "".join(f"{line}\n" for line in lines)
 
 
 def parse_sbatch_directives(script: str) -> dict[str, str]:

@@ -20,7 +20,16 @@ from typing import Any
 
 import msgspec
 
-from clusters.backends.base import BackendError, JobInfo, JobSubmission, NodeInfo, PartitionInfo
+from clusters.backends.base import (
+    BackendError,
+    FileTail,
+    JobInfo,
+    JobOutputPaths,
+    JobSubmission,
+    NodeInfo,
+    PartitionInfo,
+)
+from clusters.backends.job_files import output_paths_from_record, read_tail_as, run_lossless
 from clusters.backends.slurm_cli import (
     DEFAULT_TIMEOUT_S,
     CommandResult,
@@ -36,6 +45,7 @@ from clusters.backends.slurm_parsers import (
     parse_scontrol_jobs,
     parse_scontrol_nodes,
     parse_scontrol_partitions,
+    parse_scontrol_records,
     parse_slurm_conf_partitions,
     parse_slurm_version,
 )
@@ -80,6 +90,7 @@ class SlurmBackend:
         runner: Runner = run_command,
         local_tz: tzinfo | None = None,
         clock: Callable[[], datetime] = utc_now,
+        file_runner: Runner = run_lossless,
     ) -> None:
         if output not in OUTPUT_MODES:
             raise ValueError(f"output must be one of {OUTPUT_MODES}, not {output!r}")
@@ -89,6 +100,7 @@ class SlurmBackend:
         self.runner = runner
         self.local_tz = local_tz
         self.clock = clock
+        self.file_runner = file_runner
         self.job_list_parser = JobListParser()
 
     # ------------------------------------------------------------ running commands
@@ -184,6 +196,18 @@ class SlurmBackend:
     def private_data(self) -> frozenset[str]:
         """What the controller's PrivateData hides from ordinary users (`jobs`, `usage`, ...)."""
         return parse_private_data(self.run(["scontrol", "show", "config"]))
+
+    def job_output_paths(self, job_id: int) -> JobOutputPaths:
+        """StdOut/StdErr from `scontrol show job` (text on every version), expanded:
+        22.05 expands %j, %u and %x there but leaves %N."""
+        text = self.run(["scontrol", "-o", "show", "job", str(int(job_id))])
+        for record in parse_scontrol_records(text):
+            if record.get("JobId") == str(job_id):
+                return output_paths_from_record(record, job_id)
+        raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
+
+    def read_job_file(self, user: str, path: str, max_bytes: int) -> FileTail:
+        return read_tail_as(user, path, max_bytes, runner=self.file_runner)
 
     def configured_partitions(self) -> dict[str, tuple[str, ...]]:
         """Partition -> nodes as slurm.conf defines them.
