@@ -11,6 +11,7 @@ the queue reads through with `private_data_for`.
 from __future__ import annotations
 
 import logging
+import time
 
 from django.core.cache import cache
 
@@ -23,6 +24,9 @@ PRIVATE_DATA_TTL_S = 300
 # PrivateData=jobs were set, and ask again soon.
 UNKNOWN_PRIVATE_DATA = frozenset({"jobs"})
 UNKNOWN_TTL_S = 30
+# The answers this process read last, for when the cache itself is unreachable
+# (a Redis outage must not turn every queue page into an `scontrol` call).
+_local: dict[int, tuple[frozenset[str], float]] = {}
 
 
 def cache_key(cluster_id: int) -> str:
@@ -37,13 +41,22 @@ def remember_private_data(cluster_id: int, backend: ClusterBackend) -> frozenset
     except BackendError as error:
         log.warning("cluster %s: cannot read PrivateData: %s", cluster_id, error.message)
         kinds, ttl = UNKNOWN_PRIVATE_DATA, UNKNOWN_TTL_S
-    cache.set(cache_key(cluster_id), sorted(kinds), ttl)
+    _local[cluster_id] = (kinds, time.monotonic() + ttl)
+    try:
+        cache.set(cache_key(cluster_id), sorted(kinds), ttl)
+    except Exception:  # any cache backend's connection error: pages work without Redis
+        log.warning("PrivateData of cluster %s kept in this process only", cluster_id)
     return kinds
 
 
 def private_data_for(cluster_ids: list[int]) -> dict[int, frozenset[str]]:
     """PrivateData of each cluster: one cache round trip, the backend only on a miss."""
-    cached = cache.get_many([cache_key(pk) for pk in cluster_ids])
+    try:
+        cached = cache.get_many([cache_key(pk) for pk in cluster_ids])
+    except Exception:  # Redis down: this process's last answers, else ask the controller
+        log.warning("PrivateData read without the cache: it is unreachable", exc_info=True)
+        remembered = {pk: _local_kinds(pk) for pk in cluster_ids}
+        cached = {cache_key(pk): kinds for pk, kinds in remembered.items() if kinds is not None}
     result = {}
     for pk in cluster_ids:
         kinds = cached.get(cache_key(pk))
@@ -56,5 +69,11 @@ def private_data_for(cluster_ids: list[int]) -> dict[int, frozenset[str]]:
     return result
 
 
+def _local_kinds(cluster_id: int) -> frozenset[str] | None:
+    kinds, expires = _local.get(cluster_id, (None, 0.0))
+    return kinds if time.monotonic() < expires else None
+
+
 def forget_private_data(cluster_id: int) -> None:
+    _local.pop(cluster_id, None)
     cache.delete(cache_key(cluster_id))

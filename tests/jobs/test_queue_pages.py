@@ -257,3 +257,47 @@ def test_the_queue_runs_the_same_queries_for_one_page_of_jobs_as_for_three(
     )
 
     assert queries_for_queue() == one_page
+
+
+def test_a_controller_that_cannot_say_its_private_data_hides_other_users_jobs(
+    login, researcher, cluster, sim, monkeypatch
+):
+    from clusters.backends.base import BackendError
+
+    def unreachable():
+        raise BackendError(
+            "slurm_load_ctl_conf error: Unable to contact slurm controller", permanent=False
+        )
+
+    monkeypatch.setattr(sim, "private_data", unreachable)
+    make_job(cluster, 2, user="bob", name="secret-run")
+
+    response = login(researcher).get("/jobs/")
+
+    assert "secret-run" not in response.content.decode() and "hidden" in row(response, 2)
+
+
+def test_the_queue_works_and_asks_slurm_once_while_the_cache_is_down(
+    login, researcher, cluster, sim, private_jobs, monkeypatch
+):
+    import clusters.privacy
+
+    class DownCache:
+        def __getattr__(self, name):
+            def refuse(*args, **kwargs):
+                raise ConnectionError("Error 111 connecting to 127.0.0.1:6379")
+
+            return refuse
+
+    asked = []
+    original = sim.private_data
+    monkeypatch.setattr(sim, "private_data", lambda: asked.append(1) or original())
+    make_job(cluster, 2, user="bob", name="secret-run")
+    client = login(researcher)
+    monkeypatch.setattr(clusters.privacy, "cache", DownCache())
+
+    pages = [client.get("/jobs/") for _ in range(3)]
+
+    assert all(page.status_code == 200 for page in pages)
+    assert "secret-run" not in pages[-1].content.decode()
+    assert len(asked) == 1
