@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
+from django.views.decorators.http import require_GET
 
 from jobs.accounts import can_view_script
 from jobs.output import RAW_TAIL_BYTES, STREAMS, read_stream
@@ -16,35 +17,39 @@ from jobs.queries import job_for
 from portal.roles import ANY_ROLE, role_required
 
 PRIVATE = "This job's output is private: only its owner and administrators can read it."
-# A plain-text answer for each reason a file cannot be shown.
-RAW_STATUS = {"missing": 404, "discarded": 404, "denied": 403, "refused": 403, "no_user": 403}
 
 
 @role_required(*ANY_ROLE)
+@require_GET
 def output_panel(request, slurm_id: int):
     """One stream's panel; while the job is active it polls itself (live follow)."""
-    stream = request.GET.get("stream", "")
-    if stream not in STREAMS:
-        return HttpResponseBadRequest("stream must be stdout or stderr.")
     job = job_for(request.user, slurm_id)
     if not can_view_script(request.user, job):
         return render(request, "jobs/partials/output_private.html", {"job": job}, status=403)
+    stream = request.GET.get("stream", "stdout")
+    if stream not in STREAMS:
+        return HttpResponseBadRequest("stream must be stdout or stderr.")
     context = {"job": job, "tail": read_stream(job, stream)}
     return render(request, "jobs/partials/output_stream.html", context)
 
 
 @role_required(*ANY_ROLE)
+@require_GET
 def output_raw(request, slurm_id: int):
-    """The stream's last 4 MiB as text/plain; `download=1` saves it as a file."""
-    stream = request.GET.get("stream", "")
-    if stream not in STREAMS:
-        return HttpResponseBadRequest("stream must be stdout or stderr.")
+    """The stream's last 4 MiB as text/plain; `download=1` saves it as a file.
+
+    A file that cannot be read is not an error of the request (the no-JS link
+    leads here before anyone knows): the reason is the page, never a download.
+    """
     job = job_for(request.user, slurm_id)
     if not can_view_script(request.user, job):
         return _plain(PRIVATE + "\n", status=403)
+    stream = request.GET.get("stream", "stdout")
+    if stream not in STREAMS:
+        return HttpResponseBadRequest("stream must be stdout or stderr.")
     tail = read_stream(job, stream, max_bytes=RAW_TAIL_BYTES)
     if tail.problem:
-        return _plain(tail.problem + "\n", status=RAW_STATUS.get(tail.problem_kind, 502))
+        return _plain(f"{STREAMS[stream]} of job {job.slurm_id}: {tail.problem}\n")
     response = _plain(tail.text)
     disposition = "attachment" if request.GET.get("download") == "1" else "inline"
     suffix = "out" if stream == "stdout" else "err"

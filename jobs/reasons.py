@@ -36,7 +36,8 @@ def plain_reason(job: Job) -> str:
     """The job's reason as a sentence; empty for running or finished jobs without one."""
     reason = (job.reason or "").strip()
     if job.state != JobState.PENDING:
-        return reason
+        # Slurm prints Reason=None for a running job: nothing to explain, not a word to show.
+        return "" if reason == "None" else reason
     code = reason.split(",")[0].strip().strip("()")
     if code == "BeginTime":
         return _begin_time(job)

@@ -6,6 +6,7 @@ from django import template
 
 from clusters.remediation.models import BreakerTrip
 from clusters.remediation.safety import breaker_state
+from clusters.remediation.transitions import RunStatus
 
 register = template.Library()
 
@@ -22,3 +23,43 @@ def open_breaker():
         return None
     state = breaker_state()
     return state.trips[0] if state.open else None
+
+
+# What each step of a plan (clusters/remediation/plans.py) is called on a page.
+STEP_LABELS = {
+    "signal_jobs": "Signal jobs (USR1)",
+    "wait_grace": "Wait for checkpoints",
+    "requeue_jobs": "Requeue jobs",
+    "release_jobs": "Release jobs",
+    "drain": "Drain",
+    "cordon": "Cordon",
+    "uncordon": "Uncordon",
+    "resume": "Resume",
+    "reboot": "Reboot",
+    "reset_gpu": "Reset GPU",
+    "move_pool": "Move to another pool",
+    "wait_drained": "Wait until drained",
+    "notify": "Notify admins",
+    "quarantine": "Quarantine",
+    "check_eligibility": "Check for a free spare",
+    "replace": "Replace with a spare",
+    "validate": "Validate the replacement",
+}
+
+
+@register.filter
+def step_label(name) -> str:
+    if not name:
+        return "—"
+    return STEP_LABELS.get(name) or str(name).replace("_", " ").capitalize()
+
+
+@register.filter
+def run_status_label(value) -> str:
+    """A run's status as the badges word it ("Awaiting Approval"), for history rows."""
+    if not value:
+        return "—"
+    try:
+        return RunStatus(value).label
+    except ValueError:
+        return str(value).replace("_", " ")

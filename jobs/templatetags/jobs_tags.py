@@ -53,3 +53,37 @@ def link_job_ids(message, autoescape=True) -> str:
     # Only digits after a keyword and a space are linked; an entity such as &#x27; never
     # follows a space, so linking after escaping cannot break the markup.
     return mark_safe(JOB_IDS.sub(link_ids, str(text)))  # noqa: S308 (escaped above)
+
+
+# Labels for the submitted parameters the form does not label itself.
+PARAM_LABELS = {
+    "signal_grace_s": "Checkpoint grace (seconds)",
+    "output": "Output file",
+    "portal_url": "Portal address",
+    "progress_token": "Progress token",
+}
+
+
+@register.filter
+def param_label(key) -> str:
+    """A submitted parameter's name as the new-job form labels it."""
+    from jobs.forms import JobForm
+
+    field = JobForm.base_fields.get(key)
+    if key in PARAM_LABELS:
+        return PARAM_LABELS[key]
+    if field is not None and field.label:
+        return str(field.label)
+    return str(key).replace("_", " ").capitalize()
+
+
+@register.filter
+def param_value(value) -> str:
+    """None and empty as a dash, booleans as yes/no, lists one item after another."""
+    if value is None or value == "" or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return "; ".join(str(item) for item in value)
+    return str(value)

@@ -59,6 +59,9 @@ ACCESS: dict[str, Access] = {
     "job-detail": page(get=OWNER_AND_WATCHERS),
     "job-resubmit": page(get=OWNER_AND_ADMIN, post=OWNER_AND_ADMIN),
     "job-cancel": page(post=OWNER_AND_ADMIN),
+    # Output files: the owner and admins only; managers are told it is private (403).
+    "job-output": page(get=OWNER_AND_ADMIN),
+    "job-output-raw": page(get=OWNER_AND_ADMIN),
     # Remediation.
     "remediation-list": page(get=MEDBAY),
     "remediation-detail": page(get=MEDBAY),
