@@ -301,3 +301,21 @@ def test_the_queue_works_and_asks_slurm_once_while_the_cache_is_down(
     assert all(page.status_code == 200 for page in pages)
     assert "secret-run" not in pages[-1].content.decode()
     assert len(asked) == 1
+
+
+def test_the_job_page_and_live_rows_keep_the_row_id_state_cell_and_gpu_hours(
+    login, researcher, cluster
+):
+    from jobs.live import job_fragments_by_group
+
+    job = make_job(
+        cluster, 5, state="COMPLETED", gpus=8, start_at=T0, end_at=T0 + timedelta(hours=1)
+    )
+
+    page = login(researcher).get("/jobs/5/").content.decode()
+    live = job_fragments_by_group([job.pk], new_ids=set())["jobs.user.alice"]
+
+    for fragment in (page, live):
+        assert re.search(r'<tr id="job-5"[^>]*>', fragment)
+        assert '<span class="jobstate jobstate-completed">' in fragment
+        assert '<td class="gpu-hours">8.0</td>' in fragment
