@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from clusters.remediation.models import BreakerTrip
+from clusters.remediation.models import Action, BreakerTrip
 from clusters.remediation.safety import breaker_state
 from clusters.remediation.transitions import RunStatus
 
@@ -63,3 +63,12 @@ def run_status_label(value) -> str:
         return RunStatus(value).label
     except ValueError:
         return str(value).replace("_", " ")
+
+
+@register.filter
+def action_label(value) -> str:
+    """An action code ("reset_gpu") as its choice label ("Reset GPU")."""
+    try:
+        return Action(value).label
+    except ValueError:
+        return str(value or "—").replace("_", " ")

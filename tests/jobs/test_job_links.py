@@ -130,3 +130,15 @@ def test_a_step_message_is_escaped_before_its_ids_are_linked():
     html = link_job_ids("<script>job 5</script>")
 
     assert html == '&lt;script&gt;job <a href="/jobs/5/">5</a>&lt;/script&gt;'
+
+
+def test_the_action_page_names_the_action_by_its_label_and_links_affected_jobs(
+    login, admin_user, running_job
+):
+    node = Node.objects.get(jobs__slurm_id=running_job)
+
+    page = login(admin_user).get(f"/nodes/{node.name}/actions/to_inference/").content.decode()
+
+    assert "Start Move to inference</button>" in page
+    assert "To_inference" not in page and "Start to_inference" not in page
+    assert f'<a href="/jobs/{running_job}/">{running_job}</a>' in page
