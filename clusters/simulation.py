@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from clusters.backends.base import JobInfo
 from clusters.backends.simulated import SimFault, SimulatedCluster
 from clusters.models import Cluster, Gpu, GpuHealth, Node
 from clusters.sync import apply_snapshot
@@ -116,6 +117,10 @@ class SimulationLoop:
         self.sim = sim
         self.cluster = cluster
         self.interval_s = interval_s
+        # Simulated time runs time_scale times faster than ours. History rows,
+        # events and runs are written in wall-clock time, so the jobs' own times
+        # are too: one clock on every page.
+        self._wall_anchor, self._sim_anchor = timezone.now(), sim.now
         self.repair_shop = RepairShop(sim, cluster)
         self._faults: list[SimFault] = []
         self._stop = threading.Event()
@@ -140,8 +145,23 @@ class SimulationLoop:
             self.cluster,
             self.sim.partitions(),
             self.sim.nodes(),
-            self.sim.jobs(),
+            [self._on_wall_clock(job) for job in self.sim.jobs()],
             actor="simulator",
+        )
+
+    def wall_time(self, at: datetime | None) -> datetime | None:
+        """A simulated moment as the wall-clock moment it stands for."""
+        if at is None:
+            return None
+        return self._wall_anchor + (at - self._sim_anchor) / self.sim.time_scale
+
+    def _on_wall_clock(self, job: JobInfo) -> JobInfo:
+        return replace(
+            job,
+            submit_time=self.wall_time(job.submit_time),
+            start_time=self.wall_time(job.start_time),
+            end_time=self.wall_time(job.end_time),
+            eligible_time=self.wall_time(job.eligible_time),
         )
 
     def run_forever(self) -> None:

@@ -199,7 +199,7 @@ def merge_events(facts: Facts) -> list[Event]:
             change.at,
             "state",
             f"{change.from_state or 'new'} → {change.to_state}",
-            f"{change.reason} ({change.actor})" if change.reason else change.actor,
+            f"{change.reason} ({change.actor})" if _said(change.reason) else change.actor,
         )
         for change in facts.changes
     ]
@@ -224,6 +224,11 @@ def merge_events(facts: Facts) -> list[Event]:
         if p.checkpoint_saved
     ]
     return sorted(events, key=lambda event: event.at)
+
+
+def _said(reason: str) -> bool:
+    # Slurm prints "None" for a job with no reason.
+    return bool(reason) and reason != "None"
 
 
 def explain_restart(facts: Facts, change) -> Restart:

@@ -11,6 +11,7 @@ urlpatterns = [
         "jobs/templates/<int:template_id>/delete", views.template_delete, name="job-template-delete"
     ),
     path("jobs/<int:slurm_id>/", views.detail, name="job-detail"),
+    path("jobs/<int:slurm_id>/story", views.story, name="job-story"),
     path("jobs/<int:slurm_id>/resubmit", views.resubmit, name="job-resubmit"),
     path("jobs/<int:slurm_id>/cancel", views.cancel, name="job-cancel"),
     path("jobs/<int:slurm_id>/output/", output_views.output_panel, name="job-output"),

@@ -55,15 +55,24 @@ def preview(request):
 @role_required(*ANY_ROLE)
 def detail(request, slurm_id: int):
     job = job_for(request.user, slurm_id)
-    context = {
+    context = {**_story_context(request, job), "show_script": can_view_script(request.user, job)}
+    return render(request, "jobs/detail.html", context)
+
+
+@role_required(*ANY_ROLE)
+def story(request, slurm_id: int):
+    """The live part of the job page, fetched again when the page is told the job changed."""
+    job = job_for(request.user, slurm_id)
+    return render(request, "jobs/partials/story.html", _story_context(request, job))
+
+
+def _story_context(request, job) -> dict:
+    return {
         "job": job,
-        "history": job.state_changes.order_by("at", "id"),
         "progress": job.progress_reports.order_by("-reported_at", "-id")[:10],
         "timeline": build_timeline(job),
-        "show_script": can_view_script(request.user, job),
         "can_act": can_act_on_job(request.user, job),
     }
-    return render(request, "jobs/detail.html", context)
 
 
 @role_required(*SUBMITTERS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -21,9 +22,14 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_TRY_AGAIN = 1013
 
 
+# One job's page: `job:<slurm id>`, joined only by those who may see that job.
+JOB_TOPIC = re.compile(r"job:(\d{1,18})")
+
+
 def _requested_topics(query_string: bytes) -> tuple[str, ...]:
     topics = parse_qs(query_string.decode("latin-1")).get("topics", ["board"])[0].split(",")
-    return tuple(topic for topic in topics if topic in live.ALL_GROUPS) or (live.BOARD_GROUP,)
+    wanted = tuple(t for t in topics if t in live.ALL_GROUPS or JOB_TOPIC.fullmatch(t))
+    return wanted or (live.BOARD_GROUP,)
 
 
 def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
@@ -43,11 +49,24 @@ def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
     sees_all_jobs = bool(roles & {Role.ADMIN, Role.MANAGER})
     groups = []
     for topic in topics:
-        if topic == live.JOBS_GROUP and not sees_all_jobs:
+        job_topic = JOB_TOPIC.fullmatch(topic)
+        if job_topic:
+            groups += _job_page_groups(user, int(job_topic.group(1)))
+        elif topic == live.JOBS_GROUP and not sees_all_jobs:
             groups.append(user_jobs_group(unix_user_for(user)))
         else:
             groups.append(topic)
     return tuple(groups)
+
+
+def _job_page_groups(user, slurm_id: int) -> list[str]:
+    from jobs.accounts import can_view_job
+    from jobs.models import Job
+
+    job = Job.objects.filter(slurm_id=slurm_id).order_by("cluster_id").first()
+    if job is None or not can_view_job(user, job):
+        return []
+    return [live.job_page_group(job.cluster_id, slurm_id)]
 
 
 class LiveConsumer(AsyncWebsocketConsumer):

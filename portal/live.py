@@ -86,11 +86,33 @@ def publish_nodes(node_ids: Iterable[int]) -> None:
 
 def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
     from jobs.live import job_fragments_by_group
+    from jobs.models import Job
 
     job_ids = list(job_ids)
     if job_ids:
         for group, html in job_fragments_by_group(job_ids, set(new_ids)).items():
             send_html(group, html)
+        shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
+        for cluster_id, slurm_id in shown:
+            poke_job_pages(cluster_id, [slurm_id])
+
+
+def job_page_group(cluster_id: int, slurm_id: int) -> str:
+    """The sockets of the pages that show one job (its detail page)."""
+    return f"job.{int(cluster_id)}.{int(slurm_id)}"
+
+
+def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
+    """Tell open pages of these jobs to fetch their story again.
+
+    The story (restarts, timeline, facts) takes several queries to build, and a
+    sync cycle changes hundreds of jobs that nobody is looking at; so the page
+    gets a one-line fragment that makes htmx fetch the story, and only pages
+    that are open pay for it.
+    """
+    for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids}):
+        html = render_to_string("jobs/partials/story_poke.html", {"slurm_id": slurm_id})
+        send_html(job_page_group(cluster_id, slurm_id), html)
 
 
 def publish_banner(cluster_id: int) -> None:

@@ -89,8 +89,15 @@ TEMPLATES = [
 DATABASES = {"default": database_from_url(env_str("DATABASE_URL"), BASE_DIR / "medbay.sqlite3")}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The simulator, sync and engine write from several threads; wait for the
-    # lock instead of failing with "database is locked".
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20}
+    # lock instead of failing with "database is locked". A deferred transaction
+    # that reads and then writes cannot wait (SQLite fails its lock upgrade at
+    # once), so transactions take the write lock when they begin; WAL lets pages
+    # read while one writes.
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")

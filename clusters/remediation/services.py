@@ -17,6 +17,7 @@ from clusters.models import Node
 from clusters.remediation.models import (
     Mode,
     Remediation,
+    RemediationJob,
     RemediationStatusChange,
     RemediationStep,
 )
@@ -149,6 +150,16 @@ def publish_step(step: RemediationStep) -> None:
             live.REMEDIATION_GROUP, "remediation/partials/step_row.html", {"step": step}
         )
     )
+    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(step.remediation_id))
+
+
+def _poke_pages_of_touched_jobs(run_id: int) -> None:
+    """The open pages of the jobs this run acted on show its new rows."""
+    touched = RemediationJob.objects.filter(remediation_id=run_id)
+    slurm_ids = set(touched.values_list("slurm_job_id", flat=True))
+    if slurm_ids:
+        run = Remediation.objects.filter(pk=run_id).values_list("node__cluster_id", flat=True)
+        live.poke_job_pages(run.first(), slurm_ids)
 
 
 def _record(run, previous, new, message, actor, now) -> None:
@@ -181,3 +192,4 @@ def _publish_after_commit(run: Remediation) -> None:
             live.REMEDIATION_GROUP, "remediation/partials/run_status.html", {"run": run}
         )
     )
+    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run.pk))

@@ -55,6 +55,37 @@ def link_job_ids(message, autoescape=True) -> str:
     return mark_safe(JOB_IDS.sub(link_ids, str(text)))  # noqa: S308 (escaped above)
 
 
+EVENT_KINDS = {
+    "state": "State",
+    "remediation": "Remediation",
+    "step": "Step",
+    "health": "Health",
+    "checkpoint": "Checkpoint",
+}
+
+
+@register.filter
+def event_kind(kind: str) -> str:
+    return EVENT_KINDS.get(kind, kind)
+
+
+@register.filter
+def minutes(value) -> str:
+    """A time limit in Slurm's minutes, as a person reads it: 90 -> "1 h 30 min"."""
+    try:
+        total = int(value)
+    except (TypeError, ValueError):
+        return "—"
+    days, rest = divmod(total, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    parts = [
+        f"{days} d" if days else "",
+        f"{hours} h" if hours else "",
+        f"{mins} min" if mins else "",
+    ]
+    return " ".join(part for part in parts if part) or "0 min"
+
+
 # Labels for the submitted parameters the form does not label itself.
 PARAM_LABELS = {
     "signal_grace_s": "Checkpoint grace (seconds)",

@@ -193,3 +193,39 @@ document.addEventListener("htmx:wsOpen", () => { window.__medbayWsOpen = true; }
 def wait_for_socket(page) -> None:
     """Wait until the page's live websocket is open; needs WATCH_SOCKET as an init script."""
     page.wait_for_function("window.__medbayWsOpen === true")
+
+
+@dataclass
+class BrowserProblems:
+    """Console errors, failed requests and error responses a page met."""
+
+    errors: list[str]
+
+    def assert_none(self) -> None:
+        assert not self.errors, "the page met problems:\n" + "\n".join(self.errors)
+
+
+def watch_for_problems(page) -> BrowserProblems:
+    """Record every console error, failed request and 4xx/5xx answer from now on."""
+    problems = BrowserProblems([])
+
+    def on_console(message) -> None:
+        if message.type == "error":
+            problems.errors.append(f"console: {message.text}")
+
+    def on_response(response) -> None:
+        if response.status >= 400:
+            problems.errors.append(f"{response.status} {response.url}")
+
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: problems.errors.append(f"page error: {error}"))
+
+    def on_request_failed(request) -> None:
+        # Leaving a page aborts what it still had in flight (its live fetches):
+        # the browser's own cancellation, not a failure anyone sees.
+        if request.failure != "net::ERR_ABORTED":
+            problems.errors.append(f"failed: {request.url} ({request.failure})")
+
+    page.on("requestfailed", on_request_failed)
+    page.on("response", on_response)
+    return problems

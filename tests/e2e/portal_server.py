@@ -57,20 +57,26 @@ def run_engine() -> None:
 
 def seed():
     from django.core.management import call_command
+    from django.utils import timezone
 
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
-    from clusters.models import Cluster
+    from clusters.models import Cluster, Partition
     from clusters.sync import apply_snapshot
     from portal.accounts import create_user_with_role
     from portal.roles import Role
 
     call_command("migrate", interactive=False, verbosity=0)
-    sim = SimulatedCluster.standard(train=4, infer=1, spare=1, seed=3, prefix=NODE_PREFIX)
+    # Started now: job times and the wall-clock history rows read as one clock.
+    sim = SimulatedCluster.standard(
+        train=4, infer=1, spare=1, seed=3, prefix=NODE_PREFIX, start=timezone.now()
+    )
     sim.fault_rate_per_gpu_day = 0
     registry.use(sim)
     cluster, _ = Cluster.objects.update_or_create(name="e2e", defaults={"backend": "simulated"})
     apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
+    # A 1 s checkpoint grace, so that a recovery takes seconds and not two minutes.
+    Partition.objects.filter(cluster=cluster).update(checkpoint_grace_s=1)
     for username, role in USERS.items():
         create_user_with_role(username, Role(role), PASSWORD)
     return cluster, sim
@@ -124,12 +130,40 @@ def run_job(cluster, sim, command) -> dict:
     script = (
         f"#!/bin/bash\n#SBATCH --job-name={command.get('name', 'e2e-train')}\n"
         f"#SBATCH --partition={command.get('partition', 'train')}\n"
-        f"#SBATCH --nodes=1\n#SBATCH --gres=gpu:{gpus}\nsrun train.py\n"
+        f"#SBATCH --nodes={command.get('nodes', 1)}\n#SBATCH --gres=gpu:{gpus}\nsrun train.py\n"
     )
     job_id = sim.submit_job(JobSubmission(script=script, user=command.get("user", "bob")))
     sim.advance(timedelta(0))
     sync(cluster, sim)
     return {"job": job_id, "state": sim.job(job_id).state, "nodes": list(sim.job(job_id).nodes)}
+
+
+def xid(cluster, sim, command) -> dict:
+    """A kernel-log XID line on a node, through the agent's parser and the real ingest."""
+    from django.utils import timezone
+
+    from clusters.backends.simulated import SimFault
+    from clusters.simulation import record_gpu_fault
+
+    fault = SimFault(
+        at=timezone.now(),
+        node=command["node"],
+        gpu=command.get("gpu", 3),
+        xid=command.get("xid", 79),
+        message=command.get("message", "GPU has fallen off the bus."),
+    )
+    result = record_gpu_fault(cluster, fault)
+    return {"events": result.accepted if result is not None else 0}
+
+
+def progress(cluster, sim, command) -> None:
+    """The job reports a saved checkpoint (what `POST jobs/{id}/progress/` stores)."""
+    from jobs.models import Job, JobProgress
+
+    job = Job.objects.get(cluster=cluster, slurm_id=command["job"])
+    JobProgress.objects.create(
+        job=job, step=command["step"], checkpoint_saved=True, restart_count=job.restart_count
+    )
 
 
 def await_approval(cluster, sim, command) -> dict:
@@ -164,6 +198,8 @@ COMMANDS = {
     "step": step,
     "run_job": run_job,
     "await_approval": await_approval,
+    "xid": xid,
+    "progress": progress,
     "history": history,
 }
 

@@ -57,6 +57,7 @@ ACCESS: dict[str, Access] = {
     "job-templates": page(get=SUBMITTERS),
     "job-template-delete": page(post=SUBMITTERS),
     "job-detail": page(get=OWNER_AND_WATCHERS),
+    "job-story": page(get=OWNER_AND_WATCHERS),
     "job-resubmit": page(get=OWNER_AND_ADMIN, post=OWNER_AND_ADMIN),
     "job-cancel": page(post=OWNER_AND_ADMIN),
     # Output files: the owner and admins only; managers are told it is private (403).
