@@ -240,7 +240,7 @@ def explain_restart(facts: Facts, change) -> Restart:
         None,
     )  # fmt: skip
     stopped_at = _requeued_at(run) or change.at
-    checkpoint = _last_checkpoint_before(stopped_at, facts.progress)
+    checkpoint = _checkpoint_resumed_from(change, resumed, facts.progress)
     if resumed is not None:
         restart.resumed_at, restart.resumed_nodes = resumed.at, list(resumed.node_names)
         restart.resumed_step = checkpoint.step if checkpoint else None
@@ -344,15 +344,28 @@ def _failed_node(node_names: list[str], at: datetime) -> str:
     return f"{change.node.name} ({change.reason})" if change.reason else change.node.name
 
 
-def _last_checkpoint_before(at: datetime, progress) -> JobProgress | None:
-    saved = [p for p in progress if p.checkpoint_saved and p.reported_at <= at]
+def _checkpoint_resumed_from(change, resumed, progress) -> JobProgress | None:
+    """The last checkpoint the stopped attempt saved: the one the next attempt loads.
+
+    A job told to stop (TERM on requeue) often saves once more as it goes, a
+    moment after Medbay's requeue; that save counts. The next attempt's own saves
+    (its restart count is the new one) do not.
+    """
+    until = resumed.at if resumed is not None else None
+    saved = [
+        p
+        for p in progress
+        if p.checkpoint_saved
+        and p.restart_count < change.restart_count
+        and (until is None or p.reported_at <= until)
+    ]
     return saved[-1] if saved else None
 
 
 def _lost_gpu_hours(facts: Facts, stopped_at: datetime, checkpoint) -> float | None:
-    """GPUs × the work since the last checkpoint before the job was stopped, counted
-    from this attempt's start at most. None when the job never reported progress:
-    then Medbay cannot know what was lost."""
+    """GPUs × the work between the last checkpoint and the stop, counted from this
+    attempt's start at most. None when the job never reported progress: then
+    Medbay cannot know what was lost."""
     job = facts.job
     if not job.gpus or not any(p.reported_at <= stopped_at for p in facts.progress):
         return None
@@ -360,7 +373,12 @@ def _lost_gpu_hours(facts: Facts, stopped_at: datetime, checkpoint) -> float | N
     candidates = [t for t in (started, checkpoint.reported_at if checkpoint else None) if t]
     if not candidates:
         return None
-    return round(job.gpus * (stopped_at - max(candidates)).total_seconds() / 3600, 1)
+    lost_s = max(0.0, (stopped_at - max(candidates)).total_seconds())
+    return round(job.gpus * lost_s / 3600, 2)
+
+
+def _gpu_hours(value: float) -> str:
+    return f"{value:.1f}" if value >= 1 else f"{value:.2f}"
 
 
 STEP_PHRASES = {
@@ -417,8 +435,10 @@ def _sentence(job, restart: Restart, because: str) -> str:
     if restart.time_lost is not None:
         since = "the fault" if restart.fault else "Medbay's action"
         text += f" Time lost: {_duration(restart.time_lost)}, from {since} to running again."
-    if restart.lost_gpu_hours is not None:
-        text += f" Estimated lost work: {restart.lost_gpu_hours} GPU-hours."
+    if restart.lost_gpu_hours == 0:
+        text += " No work was lost: it saved a checkpoint as it was stopped."
+    elif restart.lost_gpu_hours is not None:
+        text += f" Estimated lost work: {_gpu_hours(restart.lost_gpu_hours)} GPU-hours."
     return text
 
 

@@ -23,6 +23,9 @@ import pytest
 
 from tests.e2e.portal_server import PASSWORD, ROOT
 
+# The real local Slurm, for the journeys that run on it (tests marked slurm).
+from tests.slurm_integration.conftest import minicluster, slurm  # noqa: F401
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -92,7 +95,15 @@ def _pump(stream, lines: queue.Queue) -> None:
 def portal(tmp_path_factory, request):
     require_browser()
     folder = tmp_path_factory.mktemp("e2e-portal")
-    port = free_port()
+    yield from launch_portal(
+        request, folder, "tests/e2e/portal_server.py", MEDBAY_BACKEND="simulated"
+    )
+
+
+def launch_portal(request, folder: Path, script: str, *, port: int | None = None, **settings):
+    """Start SCRIPT as a production-like portal (DEBUG off, SQLite in FOLDER), yield
+    it once it listens, stop it afterwards."""
+    port = port or free_port()
     env = {
         key: value
         for key, value in os.environ.items()
@@ -106,13 +117,13 @@ def portal(tmp_path_factory, request):
         SECURE_SSL_REDIRECT="false",
         SESSION_COOKIE_SECURE="false",
         CSRF_COOKIE_SECURE="false",
-        MEDBAY_BACKEND="simulated",
         PYTHONUNBUFFERED="1",
+        **settings,
     )
     log = folder / "portal.log"
     with log.open("w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests/e2e/portal_server.py"), str(port)],
+            [sys.executable, str(ROOT / script), str(port)],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -137,7 +148,7 @@ def portal(tmp_path_factory, request):
             # The server's tracebacks explain a 500 in a screenshot; pytest's own
             # tmp folders are pruned after a few runs.
             ARTIFACTS.mkdir(exist_ok=True)
-            shutil.copyfile(log, ARTIFACTS / "portal.log")
+            shutil.copyfile(log, ARTIFACTS / f"{Path(script).stem}.log")
 
 
 @pytest.fixture(scope="session")

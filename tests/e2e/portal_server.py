@@ -166,6 +166,22 @@ def progress(cluster, sim, command) -> None:
     )
 
 
+def fresh_training(cluster, sim, command) -> dict:
+    """Earlier tests' jobs cancelled, their drained or failed nodes back, one more spare:
+    a test that needs whole training nodes and a spare gets them in any order."""
+    for job in sim.jobs():
+        if job.state in ("PENDING", "RUNNING", "SUSPENDED"):
+            sim.cancel_job(job.job_id)
+    for node in sim.nodes():
+        if node.flags & {"drain", "fail"} and "spare" not in node.partitions:
+            sim.resume_node(node.name)
+    name = f"{NODE_PREFIX}-{len(sim.nodes()) + 1:02d}"
+    sim.add_node(name, "spare", pool="spare")
+    sim.advance(timedelta(seconds=1))
+    sync(cluster, sim)
+    return {"spare": name}
+
+
 def await_approval(cluster, sim, command) -> dict:
     """A policy's run that stops for an admin's approval, as the policies create them."""
     from clusters.models import Node
@@ -199,6 +215,7 @@ COMMANDS = {
     "run_job": run_job,
     "await_approval": await_approval,
     "xid": xid,
+    "fresh_training": fresh_training,
     "progress": progress,
     "history": history,
 }

@@ -48,11 +48,12 @@ def test_an_admin_replaces_a_node_and_watches_its_timeline_fill_in_live(page, po
     rows_at_load = steps.count()
     status = page.locator(f"#run-{run_id}-status")
     expect(status).to_contain_text("Succeeded", timeout=RUN_FINISHES_S * 1000)
-    expect(steps.last).to_contain_text("release_jobs")
+    expect(steps.last).to_contain_text("Release jobs")
     expect(steps.last.locator(".badge")).to_have_text("Succeeded")
     assert steps.count() > rows_at_load, "no step arrived live after the page loaded"
     assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
-    swap = steps.filter(has=page.locator("td:nth-child(2)", has_text=re.compile(r"^replace$")))
+    swap_step = page.locator("td:nth-child(2)", has_text=re.compile(r"^Replace with a spare$"))
+    swap = steps.filter(has=swap_step)
     expect(swap).to_contain_text(f"{NODE_PREFIX}-06 replaces {node}; {node} marked fail")
 
     portal.command("sync")  # what the slurm_sync loop does next in production
@@ -83,7 +84,7 @@ def test_an_admin_approves_a_waiting_run_with_a_comment(page, portal):
     page.goto(f"{portal.url}/remediation/approvals/")
     card = page.locator(f"#approval-{run_id}")
     expect(card).to_contain_text(f"Cordon {node}")
-    expect(card.locator(".impact")).to_contain_text("Steps: drain → cordon")
+    expect(card.locator(".impact")).to_contain_text("Steps: Drain → Cordon")
     approve = card.locator("form.decision").filter(has=page.get_by_role("button", name="Approve"))
     approve.get_by_label("Comment").fill("e2e: fine, go ahead")
     approve.get_by_role("button", name="Approve").click()

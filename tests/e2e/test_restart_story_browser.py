@@ -23,6 +23,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_alice_sees_why_her_job_restarted_without_reloading(page, portal):
+    portal.command("fresh_training")
     job = portal.command("run_job", user="alice", name="e2e-llm", nodes=2)
     assert job["state"] == "RUNNING", job
     failing = job["nodes"][1]

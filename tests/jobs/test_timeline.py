@@ -144,7 +144,7 @@ def test_an_xid_driven_restart_is_explained_with_the_gpu_the_spare_and_the_lost_
     assert restart["resumed_from_step"] == 4200
     assert restart["time_lost_s"] == 540
     # 16 GPUs from the 9:50 checkpoint to the requeue at 10:01:30.
-    assert restart["lost_gpu_hours"] == 3.1
+    assert restart["lost_gpu_hours"] == 3.07
 
 
 def test_the_events_are_merged_in_time_order(login, job, researcher):
@@ -342,3 +342,24 @@ def test_another_researcher_cannot_read_the_timeline(login, job, other_researche
     response = login(other_researcher).get("/api/v1/jobs/1234/timeline/")
 
     assert response.status_code == 403
+
+
+def test_the_checkpoint_saved_as_the_requeue_stopped_the_job_is_the_one_it_resumed_from(
+    login, job, researcher
+):
+    xid_event()
+    checkpoints(job)  # 4,200 saved at 9:50
+    remediation(job, trigger="health_event", steps=["drain", "requeue_jobs"])  # requeue 10:01:30
+    # TERM on requeue: the trainer saves once more, a moment after Medbay's requeue.
+    JobProgress.objects.create(job=job, step=4310, checkpoint_saved=True, reported_at=at(10, 1, 31))
+    requeue_and_resume(job)
+    # The next attempt's own save does not count as where it resumed from.
+    JobProgress.objects.create(
+        job=job, step=4400, checkpoint_saved=True, restart_count=1, reported_at=at(10, 6, 59)
+    )
+
+    restart = timeline(login, researcher)["restarts"][0]
+
+    assert restart["resumed_from_step"] == 4310
+    assert restart["lost_gpu_hours"] == 0
+    assert "No work was lost: it saved a checkpoint as it was stopped." in restart["explanation"]

@@ -1,0 +1,94 @@
+"""A real Medbay portal on the real local Slurm, for the researcher's browser journey.
+
+    SLURM_CONF=... MEDBAY_BACKEND=slurm MEDBAY_FLEET=slurm-spares \\
+    DATABASE_URL=sqlite:////tmp/x.sqlite3 python tests/e2e/slurm_portal_server.py PORT
+
+What `manage.py serve` runs (daphne with the Slurm sync on a thread), plus one
+remediation engine worker on another thread: with the in-memory channel layer
+only this process reaches the browser's websocket, and the engine's step rows
+must reach it. Users are those of portal_server.py (alice maps to the Unix
+user alice). Commands on stdin, answered E2E-ACK {json}:
+`{"op": "agent_token", "node": "gpu-02"}` issues the node agent's token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.portal_server import PASSWORD, USERS, serve  # noqa: E402
+
+ENGINE_POLL_S = 0.2
+# The checkpoint grace of the train partition: long enough for a USR1 checkpoint,
+# short enough for a test.
+GRACE_S = 10
+
+
+def main(port: int) -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    seed()
+    threading.Thread(target=follow_commands, daemon=True).start()
+    serve(port)
+
+
+def seed() -> None:
+    from django.core.management import call_command
+
+    from clusters.backends import registry
+    from clusters.models import Partition
+    from clusters.remediation.engine import Engine
+    from clusters.sync import SyncLoop, ensure_cluster, sync_once
+    from portal.accounts import create_user_with_role
+    from portal.roles import Role
+
+    call_command("migrate", interactive=False, verbosity=0)
+    backend = registry.get_backend()
+    cluster = ensure_cluster(backend)
+    sync_once(cluster, backend)
+    Partition.objects.filter(cluster=cluster, name="train").update(checkpoint_grace_s=GRACE_S)
+    for username, role in USERS.items():
+        create_user_with_role(username, Role(role), PASSWORD)
+    SyncLoop(cluster, backend, interval_s=1).start()
+    worker = Engine("e2e-slurm-engine")
+    threading.Thread(
+        target=worker.run_forever, kwargs={"interval": ENGINE_POLL_S}, daemon=True
+    ).start()
+
+
+def agent_token(command) -> dict:
+    from clusters.models import Node
+    from health.models import NodeToken
+
+    _, raw = NodeToken.issue(Node.objects.get(name=command["node"]))
+    return {"token": raw}
+
+
+COMMANDS = {"agent_token": agent_token}
+
+
+def follow_commands() -> None:
+    from django.db import connection
+
+    for line in sys.stdin:
+        try:
+            command = json.loads(line)
+            answer = COMMANDS[command["op"]](command)
+        except Exception as error:  # report to the test instead of dying silently
+            print(f"E2E-ERROR {type(error).__name__}: {error}", flush=True)
+        else:
+            print("E2E-ACK" + (f" {json.dumps(answer)}" if answer else ""), flush=True)
+        finally:
+            connection.close()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
