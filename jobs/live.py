@@ -14,6 +14,7 @@ from collections import defaultdict
 from django.template.loader import render_to_string
 
 from jobs.models import Job
+from jobs.queue import attach_lost_work
 
 ALL_JOBS_GROUP = "jobs"
 
@@ -25,7 +26,9 @@ def user_jobs_group(unix_user: str) -> str:
 
 def job_fragments_by_group(job_ids: list[int], new_ids: set[int]) -> dict[str, str]:
     fragments: dict[str, list[str]] = defaultdict(list)
-    for job in Job.objects.filter(pk__in=job_ids).order_by("slurm_id"):
+    jobs = list(Job.objects.filter(pk__in=job_ids).order_by("slurm_id"))
+    attach_lost_work(jobs)
+    for job in jobs:
         row = render_to_string(
             "jobs/partials/job_row.html", {"job": job, "oob": job.pk not in new_ids}
         )

@@ -24,6 +24,7 @@ from clusters.privacy import private_data_for
 from jobs.accounts import unix_user_for
 from jobs.models import Job
 from jobs.queries import filter_jobs
+from jobs.timeline import lost_gpu_hours_by_job
 from portal.roles import Role, has_role, is_admin
 
 PAGE_SIZE = 50
@@ -164,7 +165,16 @@ def queue_page(user, params: QueryDict) -> Page:
         HiddenJob(job.slurm_id, job.partition, job.state) if job.hidden else job
         for job in page.object_list
     ]
+    shown = [job for job in page.object_list if not isinstance(job, HiddenJob)]
+    attach_lost_work(shown)
     return page
+
+
+def attach_lost_work(jobs: list[Job]) -> None:
+    """Each job's estimated lost GPU-hours over its restarts, for the Lost work cell."""
+    lost = lost_gpu_hours_by_job(jobs)
+    for job in jobs:
+        job.lost_gpu_hours = lost[job.pk]
 
 
 def page_number(params: QueryDict) -> int:
@@ -189,7 +199,8 @@ def url_with(params: QueryDict, **changes) -> str:
 QUEUE_COLUMNS = (
     ("Job", "id"), ("Name", "name"), ("User", "user"), ("Partition", "partition"),
     ("State", "state"), ("Why", None), ("Nodes", None), ("GPUs", "gpus"),
-    ("Restarts", "restarts"), ("GPU-hours", "gpu_hours"), ("Submitted", "submitted"),
+    ("Restarts", "restarts"), ("GPU-hours", "gpu_hours"), ("Lost work", None),
+    ("Submitted", "submitted"),
 )  # fmt: skip
 
 

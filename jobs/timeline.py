@@ -11,6 +11,7 @@ failing; "unknown" is said only when nothing was recorded at all.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -23,7 +24,7 @@ from clusters.remediation.models import Trigger as RunTrigger
 from health.ingest import SEVERITY_RANK
 from health.models import EventKind, HealthEvent
 from health.xid import lookup
-from jobs.models import Job, JobProgress, JobState
+from jobs.models import Job, JobProgress, JobState, JobStateChange
 
 # The sync notices a requeue up to one interval after the engine did it.
 MATCH_SLACK = timedelta(minutes=2)
@@ -139,6 +140,50 @@ def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
     return timeline
 
 
+def lost_gpu_hours_by_job(jobs, *, now: datetime | None = None) -> dict[int, float | None]:
+    """pk -> estimated GPU-hours lost over all of the job's restarts, as its story
+    counts them; None for a job that never restarted or never reported progress.
+
+    For a page of the queue: three queries whatever the number of jobs, and no
+    cause is looked up (that is the story's, one job at a time).
+    """
+    now = now or timezone.now()
+    restarted = {job.pk: job for job in jobs if job.restart_count}
+    lost: dict[int, float | None] = {job.pk: None for job in jobs}
+    if not restarted:
+        return lost
+    changes, progress = defaultdict(list), defaultdict(list)
+    rows = JobStateChange.objects.filter(job_id__in=list(restarted)).order_by("job_id", "at", "id")
+    for change in rows:
+        changes[change.job_id].append(change)
+    saves = JobProgress.objects.filter(job_id__in=list(restarted)).order_by("reported_at", "id")
+    for report in saves:
+        progress[report.job_id].append(report)
+    requeues = defaultdict(list)
+    effects = RemediationJob.objects.filter(
+        slurm_job_id__in={job.slurm_id for job in restarted.values()}, effect=JobEffect.REQUEUED
+    )
+    for effect in effects.values_list("slurm_job_id", "at"):
+        requeues[effect[0]].append(effect[1])
+    for pk, job in restarted.items():
+        history = changes[pk]
+        facts = Facts(job, history, run_intervals(job, history, now), [], [], progress[pk])
+        per_restart = [
+            _lost_at(facts, change, requeues[job.slurm_id]) for change in restarts_in(history)
+        ]
+        known = [value for value in per_restart if value is not None]
+        lost[pk] = round(sum(known), 2) if known else None
+    return lost
+
+
+def _lost_at(facts: Facts, change, requeued_at: list[datetime]) -> float | None:
+    near = [at for at in requeued_at if change.at - MATCH_SLACK <= at <= change.at + CLOCK_SLACK]
+    stopped_at = near[-1] if near else change.at
+    resumed = _resumed_after(facts.changes, change)
+    checkpoint = _checkpoint_resumed_from(change, resumed, facts.progress)
+    return _lost_gpu_hours(facts, stopped_at, checkpoint)
+
+
 def restarts_in(changes) -> list:
     """The rows where Slurm's restart count went up: one per restart, however many
     states the requeue passed through."""
@@ -234,11 +279,7 @@ def _said(reason: str) -> bool:
 def explain_restart(facts: Facts, change) -> Restart:
     run = _run_that_requeued(facts.runs, change.at)
     restart = Restart(at=change.at, cause=Cause.UNKNOWN, run=run)
-    resumed = next(
-        (c for c in facts.changes if c.at >= change.at and c.id != change.id
-         and c.to_state == JobState.RUNNING),
-        None,
-    )  # fmt: skip
+    resumed = _resumed_after(facts.changes, change)
     stopped_at = _requeued_at(run) or change.at
     checkpoint = _checkpoint_resumed_from(change, resumed, facts.progress)
     if resumed is not None:
@@ -251,6 +292,15 @@ def explain_restart(facts: Facts, change) -> Restart:
         restart.time_lost = restart.resumed_at - min(detected_at, change.at)
     restart.sentence = _sentence(facts.job, restart, because)
     return restart
+
+
+def _resumed_after(changes, change):
+    """The first time the job ran again after this restart, if it did."""
+    return next(
+        (c for c in changes if c.at >= change.at and c.id != change.id
+         and c.to_state == JobState.RUNNING),
+        None,
+    )  # fmt: skip
 
 
 def _run_that_requeued(runs, at: datetime) -> Remediation | None:

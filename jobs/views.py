@@ -67,10 +67,13 @@ def story(request, slurm_id: int):
 
 
 def _story_context(request, job) -> dict:
+    timeline = build_timeline(job)
+    lost = [r.lost_gpu_hours for r in timeline.restarts if r.lost_gpu_hours is not None]
+    job.lost_gpu_hours = round(sum(lost), 2) if lost else None
     return {
         "job": job,
         "progress": job.progress_reports.order_by("-reported_at", "-id")[:10],
-        "timeline": build_timeline(job),
+        "timeline": timeline,
         "can_act": can_act_on_job(request.user, job),
     }
 

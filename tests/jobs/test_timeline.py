@@ -363,3 +363,42 @@ def test_the_checkpoint_saved_as_the_requeue_stopped_the_job_is_the_one_it_resum
     assert restart["resumed_from_step"] == 4310
     assert restart["lost_gpu_hours"] == 0
     assert "No work was lost: it saved a checkpoint as it was stopped." in restart["explanation"]
+
+
+def test_the_queue_shows_the_same_lost_work_as_the_story(login, job, researcher):
+    xid_event()
+    checkpoints(job)
+    remediation(job, trigger="health_event", steps=["drain", "requeue_jobs"])
+    requeue_and_resume(job)
+    story = timeline(login, researcher)["restarts"][0]["lost_gpu_hours"]
+
+    page = login(researcher).get("/jobs/").content.decode()
+
+    row = page[page.index('<tr id="job-1234"') :].split("</tr>")[0]
+    assert f'<td class="lost-work">{story:.2f}</td>' in row
+
+
+def test_lost_work_for_a_page_of_jobs_takes_the_same_queries_for_one_or_many(
+    cluster, django_assert_num_queries
+):
+    from jobs.timeline import lost_gpu_hours_by_job
+
+    def restarted_jobs(first: int, count: int) -> list:
+        rows = []
+        for slurm_id in range(first, first + count):
+            row = Job.objects.create(
+                cluster=cluster, slurm_id=slurm_id, state="RUNNING", gpus=8, restart_count=1
+            )
+            history(row, ("", "RUNNING", at(9, 0)))
+            history(row, ("RUNNING", "PENDING", at(10, 0)), restarts=1)
+            JobProgress.objects.create(
+                job=row, step=1, checkpoint_saved=True, reported_at=at(9, 30)
+            )
+            rows.append(row)
+        return rows
+
+    one, many = restarted_jobs(5000, 1), restarted_jobs(6000, 20)
+    with django_assert_num_queries(3):
+        assert lost_gpu_hours_by_job(one) == {one[0].pk: 4.0}  # 8 GPUs × 30 min
+    with django_assert_num_queries(3):
+        assert set(lost_gpu_hours_by_job(many).values()) == {4.0}
