@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pwd
+
+from django.conf import settings
+
 from portal.roles import Role, has_role, is_admin
 
 
@@ -54,3 +58,46 @@ def can_view_script(user, job) -> bool:
 
 def can_submit(user) -> bool:
     return has_role(user, Role.RESEARCHER, Role.ADMIN)
+
+
+def is_mapped_researcher_account(unix_user: str) -> bool:
+    """A portal researcher's own Unix account: a profile's, or a profileless username."""
+    from django.contrib.auth import get_user_model
+
+    from jobs.models import ResearcherProfile
+
+    if ResearcherProfile.objects.filter(unix_user=unix_user).exists():
+        return True
+    User = get_user_model()
+    return (
+        User.objects.filter(username=unix_user, is_active=True)
+        .exclude(researcher_profile__unix_user__gt="")
+        .exists()
+    )
+
+
+def run_as_refusal(unix_user: str) -> str | None:
+    """Why Medbay must not submit as `unix_user`, or None.
+
+    Slurm runs the script as whoever submits it: a job owned by root (the sync
+    records whatever squeue says) resubmitted by an admin would run as root, and
+    a system account (uid below MEDBAY_MIN_UID) holds what a researcher must not.
+    An account this host does not know cannot be checked here; sbatch refuses it.
+    """
+    if not unix_user or unix_user == "root":
+        return f"Medbay never submits jobs as {unix_user or 'an empty user'!r}."
+    try:
+        uid = pwd.getpwnam(unix_user).pw_uid
+    except KeyError:
+        uid = None
+    if uid is not None and uid < settings.MEDBAY_MIN_UID:
+        return (
+            f"{unix_user!r} is a system account (uid {uid}, below {settings.MEDBAY_MIN_UID}); "
+            f"Medbay only submits as a researcher's own Unix account."
+        )
+    if not is_mapped_researcher_account(unix_user):
+        return (
+            f"{unix_user!r} is not the Unix account of any Medbay user; "
+            f"Medbay only submits as a researcher's own Unix account."
+        )
+    return None

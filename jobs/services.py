@@ -18,7 +18,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
-from jobs.accounts import can_act_on_job, can_submit, unix_user_for
+from jobs.accounts import can_act_on_job, can_submit, run_as_refusal, unix_user_for
 from jobs.forms import stored_params
 from jobs.models import (
     ACTIVE_JOB_STATES,
@@ -43,6 +43,10 @@ class SubmissionFailed(Exception):
         super().__init__(message)
         self.message = message
         self.permanent = permanent
+
+
+class RunAsRefused(SubmissionFailed):
+    """The Unix account the job would run as is root, a system account or nobody's."""
 
 
 class JobNotActive(Exception):
@@ -70,6 +74,9 @@ def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
     if not can_submit(user):
         raise PermissionDenied("Your role cannot submit jobs.")
     unix_user = run_as or unix_user_for(user)
+    if refusal := run_as_refusal(unix_user):
+        logger.warning("Refused to submit as %r for %s", unix_user, user.get_username())
+        raise RunAsRefused(refusal)
     raw_token = JobToken.new_raw()
     params = replace(params, portal_url=settings.MEDBAY_PORTAL_URL, progress_token=raw_token)
     script = render_sbatch(params)
@@ -127,9 +134,16 @@ def resubmit_job(user, job: Job, params: JobParams) -> Job:
     """A new job from (edited) parameters of `job`, run as the same Unix user."""
     if not can_act_on_job(user, job):
         raise PermissionDenied("You may only resubmit your own jobs.")
+    check_resubmittable(job)
     # An admin resubmitting a researcher's job runs it as that researcher, never as
     # the admin: files and quotas stay the researcher's.
-    return submit_job(user, params, run_as=job.user or None)
+    return submit_job(user, params, run_as=job.user)
+
+
+def check_resubmittable(job: Job) -> None:
+    """Refuse, before any form is read, a job whose owner Medbay must never run as."""
+    if refusal := run_as_refusal(job.user):
+        raise RunAsRefused(f"Job {job.slurm_id} cannot be resubmitted: {refusal}")
 
 
 def cancel_job(user, job: Job) -> Job:

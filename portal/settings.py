@@ -200,6 +200,8 @@ MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)
 MEDBAY_BREAKER_WINDOW_S = env_int("MEDBAY_BREAKER_WINDOW_S", 600)
 MEDBAY_FLAP_FAULTS = env_int("MEDBAY_FLAP_FAULTS", 3)
 MEDBAY_FLAP_WINDOW_H = env_float("MEDBAY_FLAP_WINDOW_H", 24.0)
+# Jobs are never submitted as root or an account with a uid below this (system accounts).
+MEDBAY_MIN_UID = env_int("MEDBAY_MIN_UID", 1000)
 # Where jobs post progress reports and notifications link to (must be reachable from nodes).
 MEDBAY_PORTAL_URL = env_str("MEDBAY_PORTAL_URL", "http://127.0.0.1:8000")
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

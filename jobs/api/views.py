@@ -70,6 +70,8 @@ def _submitted(job: Job, request) -> Response:
 
 
 def _refused(error: services.SubmissionFailed) -> Response:
+    if isinstance(error, services.RunAsRefused):
+        return Response({"detail": error.message, "errors": {}}, status.HTTP_400_BAD_REQUEST)
     code = status.HTTP_400_BAD_REQUEST if error.permanent else status.HTTP_503_SERVICE_UNAVAILABLE
     return Response({"detail": f"Slurm refused the job: {error.message}", "errors": {}}, code)
 
@@ -124,6 +126,10 @@ class JobResubmitView(APIView):
         job = job_for(request.user, slurm_id)
         if not can_act_on_job(request.user, job):
             raise DjangoPermissionDenied("You may only resubmit your own jobs.")
+        try:
+            services.check_resubmittable(job)
+        except services.RunAsRefused as error:
+            return _refused(error)
         form = bind_form(request.data, initial=initial_from_params(job.params))
         try:
             new_job = services.resubmit_job(request.user, job, form.params)
