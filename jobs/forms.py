@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from django import forms
+from django.conf import settings
 from django.db.models import Count, Max
 
-from clusters.models import Cluster, Partition
+from clusters.models import Cluster, Partition, PoolKind
+from clusters.status import POOL_FOR_PARTITION
 from jobs.sbatch import GPU_FLAGS, TEMPLATES, JobParams, validate_params
 
 AUTO_RESUME_CHOICES = (
@@ -30,7 +32,7 @@ def partition_limits(cluster: Cluster | None) -> dict[str, dict]:
     if cluster is None:
         return {}
     rows = (
-        Partition.objects.filter(cluster=cluster)
+        researcher_partitions(Partition.objects.filter(cluster=cluster))
         .annotate(node_total=Count("nodes"), max_gpus=Max("nodes__gpu_count"))
         .order_by("-is_default", "name")
     )
@@ -45,6 +47,15 @@ def partition_limits(cluster: Cluster | None) -> dict[str, dict]:
         }
         for row in rows
     }
+
+
+def researcher_partitions(partitions):
+    """Partitions researchers may submit to: every one but the spare pool's, whose
+    nodes are kept free for replacements, unless MEDBAY_SPARE_FOR_RESEARCHERS says so."""
+    if settings.MEDBAY_SPARE_FOR_RESEARCHERS:
+        return partitions
+    spare = [name for name, kind in POOL_FOR_PARTITION.items() if kind == PoolKind.SPARE]
+    return partitions.exclude(name__in=spare)
 
 
 def describe_limits(limits: dict) -> str:

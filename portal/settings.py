@@ -192,6 +192,9 @@ MEDBAY_SYNC_INTERVAL_S = env_float("MEDBAY_SYNC_INTERVAL_S", 2.0)
 # After a slurmctld restart reverts partitions to slurm.conf, re-apply Medbay's
 # pool membership automatically (false: only flag the drift on the board).
 MEDBAY_REAPPLY_POOLS = env_bool("MEDBAY_REAPPLY_POOLS", True)
+# The spare pool's partition is kept for replacements: researchers are not offered it
+# in the job form (nor may submit to it) unless this is on.
+MEDBAY_SPARE_FOR_RESEARCHERS = env_bool("MEDBAY_SPARE_FOR_RESEARCHERS", False)
 MEDBAY_SIM_SEED = env_int("MEDBAY_SIM_SEED", 42)
 MEDBAY_SIM_TIME_SCALE = env_float("MEDBAY_SIM_TIME_SCALE", 60.0)
 # Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
