@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
 from jobs.accounts import can_view_job, unix_user_for
@@ -34,10 +33,12 @@ def filter_jobs(jobs, params):
 
 
 def job_for(user, slurm_id: int) -> Job:
-    """The job with this Slurm id, or 404; 403 if it exists but is not theirs to see."""
+    """The job with this Slurm id, or 404, also when it is not theirs to see.
+
+    One answer for both: a 403 would tell a researcher which ids other people's
+    jobs have.
+    """
     job = Job.objects.filter(slurm_id=slurm_id).order_by("cluster_id").first()
-    if job is None:
+    if job is None or not can_view_job(user, job):
         raise Http404("No such job.")
-    if not can_view_job(user, job):
-        raise PermissionDenied("This is not your job.")
     return job

@@ -6,7 +6,6 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
-from clusters.models import Node
 from health.api.auth import IsNodeAgent, NodeTokenAuthentication
 from health.ingest import BatchInvalid, ingest, validate_batch
 from health.models import HealthEvent
@@ -99,13 +98,12 @@ class HealthEventsView(ListAPIView):
             batch = validate_batch(request.data)
         except BatchInvalid as invalid:
             raise ValidationError(invalid.errors) from None
-        node = Node.objects.filter(name=batch.node).first()
-        if node is None:
-            raise ValidationError({"node": [f"Unknown node {batch.node!r}."]})
-        token_node = request.user.node
-        if node.pk != token_node.pk:
+        node = request.user.node
+        # The same answer for another node and for no node at all: the token alone
+        # must not tell which node names exist.
+        if batch.node != node.name:
             raise PermissionDenied(
-                f"This token belongs to {token_node.name}; it cannot report for {node.name}."
+                f"This token belongs to {node.name}; it cannot report for {batch.node!r}."
             )
         result = ingest(node, batch.events)
         return Response(

@@ -146,10 +146,14 @@ def test_bad_batches_get_per_field_errors_and_nothing_is_stored(tokens, payload,
     assert not HealthEvent.objects.exists()
 
 
-def test_an_unknown_node_is_a_field_error(tokens):
-    response = post(agent(tokens["gpu-02"]), "gpu-99", [xid_event()])
-    assert response.status_code == 400
-    assert "node" in response.json()["errors"]
+def test_an_unknown_node_gets_the_same_403_as_another_node(tokens):
+    unknown = post(agent(tokens["gpu-02"]), "gpu-99", [xid_event()])
+    another = post(agent(tokens["gpu-02"]), "gpu-01", [xid_event()])
+
+    assert unknown.status_code == another.status_code == 403
+    assert unknown.json()["detail"].replace("gpu-99", "X") == another.json()["detail"].replace(
+        "gpu-01", "X"
+    )
 
 
 def test_an_oversize_payload_is_refused_with_413(tokens):

@@ -50,11 +50,11 @@ def test_an_admin_may_read_a_researchers_output(login, admin_user, alices_job):
     assert login(admin_user).get(f"/jobs/{alices_job}/output/?stream=stdout").status_code == 200
 
 
-def test_another_researcher_gets_a_403(login, other_researcher, alices_job):
+def test_another_researcher_is_told_there_is_no_such_job(login, other_researcher, alices_job):
     client = login(other_researcher)
 
-    assert client.get(f"/jobs/{alices_job}/output/?stream=stdout").status_code == 403
-    assert client.get(f"/jobs/{alices_job}/output/raw?stream=stdout").status_code == 403
+    assert client.get(f"/jobs/{alices_job}/output/?stream=stdout").status_code == 404
+    assert client.get(f"/jobs/{alices_job}/output/raw?stream=stdout").status_code == 404
 
 
 def test_a_manager_is_told_the_output_is_private(login, manager, alices_job):

@@ -30,7 +30,7 @@ def test_researchers_and_admins_may_submit_but_managers_may_not(
 
 @pytest.mark.parametrize(
     ("who", "status", "sees_script"),
-    [("alice", 200, True), ("bob", 403, None), ("admin", 200, True), ("manager", 200, False)],
+    [("alice", 200, True), ("bob", 404, None), ("admin", 200, True), ("manager", 200, False)],
 )
 def test_viewing_a_job_and_its_script(
     login, alices_job, researcher, other_researcher, admin_user, manager, who, status, sees_script
@@ -48,7 +48,7 @@ def test_viewing_a_job_and_its_script(
         assert ('id="job-script"' in page.content.decode()) == sees_script
 
 
-@pytest.mark.parametrize(("who", "status"), [("bob", 403), ("manager", 403), ("alice", 200)])
+@pytest.mark.parametrize(("who", "status"), [("bob", 404), ("manager", 403), ("alice", 200)])
 def test_only_the_owner_or_an_admin_may_cancel(
     login, alices_job, researcher, other_researcher, manager, who, status, sim
 ):
@@ -85,11 +85,11 @@ def test_cancelling_a_finished_job_is_a_conflict(login, alices_job, researcher):
 def test_the_cancel_page_button_refuses_other_researchers(login, alices_job, other_researcher, sim):
     response = login(other_researcher).post(f"/jobs/{alices_job}/cancel")
 
-    assert response.status_code == 403
+    assert response.status_code == 404
     assert sim.job(alices_job).state != "CANCELLED"
 
 
-@pytest.mark.parametrize(("who", "status"), [("bob", 403), ("manager", 403), ("alice", 201)])
+@pytest.mark.parametrize(("who", "status"), [("bob", 404), ("manager", 403), ("alice", 201)])
 def test_only_the_owner_or_an_admin_may_resubmit(
     login, alices_job, researcher, other_researcher, manager, who, status, submissions
 ):

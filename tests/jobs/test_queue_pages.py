@@ -80,7 +80,7 @@ def test_with_private_data_jobs_other_users_details_are_hidden(
 def test_a_researcher_still_cannot_open_a_hidden_job(login, researcher, cluster, private_jobs):
     make_job(cluster, 2, user="bob", name="secret-run")
 
-    assert login(researcher).get("/jobs/2/").status_code == 403
+    assert login(researcher).get("/jobs/2/").status_code == 404
 
 
 def test_admins_and_managers_see_every_detail_despite_private_data(

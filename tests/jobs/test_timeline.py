@@ -341,7 +341,7 @@ def test_the_job_page_shows_the_summary(login, job, researcher):
 def test_another_researcher_cannot_read_the_timeline(login, job, other_researcher):
     response = login(other_researcher).get("/api/v1/jobs/1234/timeline/")
 
-    assert response.status_code == 403
+    assert response.status_code == 404
 
 
 def test_the_checkpoint_saved_as_the_requeue_stopped_the_job_is_the_one_it_resumed_from(

@@ -31,10 +31,17 @@ class Access:
 
     get: frozenset[str] | None = None
     post: frozenset[str] | None = None
+    # Roles refused with the 404 a missing object gets, so that they cannot tell
+    # which objects exist (another researcher's job).
+    not_found: frozenset[str] = frozenset()
 
 
-def page(get=None, post=None) -> Access:
-    return Access(get=get, post=post)
+def page(get=None, post=None, not_found=frozenset()) -> Access:
+    return Access(get=get, post=post, not_found=not_found)
+
+
+# A researcher opening someone else's job is told there is no such job.
+OTHERS_JOB = frozenset({"other_researcher"})
 
 
 ACCESS: dict[str, Access] = {
@@ -56,13 +63,13 @@ ACCESS: dict[str, Access] = {
     "job-preview": page(post=SUBMITTERS),
     "job-templates": page(get=SUBMITTERS),
     "job-template-delete": page(post=SUBMITTERS),
-    "job-detail": page(get=OWNER_AND_WATCHERS),
-    "job-story": page(get=OWNER_AND_WATCHERS),
-    "job-resubmit": page(get=OWNER_AND_ADMIN, post=OWNER_AND_ADMIN),
-    "job-cancel": page(post=OWNER_AND_ADMIN),
+    "job-detail": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "job-story": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "job-resubmit": page(get=OWNER_AND_ADMIN, post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "job-cancel": page(post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
     # Output files: the owner and admins only; managers are told it is private (403).
-    "job-output": page(get=OWNER_AND_ADMIN),
-    "job-output-raw": page(get=OWNER_AND_ADMIN),
+    "job-output": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "job-output-raw": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
     # Remediation.
     "remediation-list": page(get=MEDBAY),
     "remediation-detail": page(get=MEDBAY),
@@ -85,10 +92,10 @@ ACCESS: dict[str, Access] = {
     "api:node-detail": page(get=MEDBAY),
     "api:api-health-events": page(get=MEDBAY, post=TOKEN_ONLY),
     "api:api-jobs": page(get=MEDBAY, post=SUBMITTERS),
-    "api:api-job": page(get=OWNER_AND_WATCHERS),
-    "api:api-job-timeline": page(get=OWNER_AND_WATCHERS),
-    "api:api-job-resubmit": page(post=OWNER_AND_ADMIN),
-    "api:api-job-cancel": page(post=OWNER_AND_ADMIN),
+    "api:api-job": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "api:api-job-timeline": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "api:api-job-resubmit": page(post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "api:api-job-cancel": page(post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
     "api:api-job-progress": page(post=TOKEN_ONLY),
     "api:remediation-list": page(get=MEDBAY, post=ADMINS),
     "api:remediation-detail": page(get=MEDBAY),
@@ -147,6 +154,8 @@ def acceptable(access: Access | str, role: str, method: str, is_api: bool) -> se
         # Staff without model permissions: pages they may see, 403 for the rest.
         return {"ok", "redirect", "admin-index", "403", "404", "405"}
     allowed = access.get if method == "GET" else access.post
+    if role in access.not_found:
+        return {"404"} if allowed is not None else {"404", "405"}
     if allowed is None:
         # A method the URL does not offer may be refused, or treated like a GET
         # (many pages render the same on POST), but never let more roles in.
