@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pwd
+import re
 
 from django.conf import settings
 
@@ -54,6 +55,36 @@ def can_act_on_job(user, job) -> bool:
 def can_view_script(user, job) -> bool:
     # Scripts may carry paths and secrets in set-up lines: never shown to managers.
     return can_act_on_job(user, job)
+
+
+HIDDEN = "<hidden>"
+# Rows stored before tokens were redacted at submission still hold them.
+TOKEN_LINE = re.compile(r"^(export MEDBAY_JOB_TOKEN=).*$", re.M)
+
+
+def redact_token(script: str) -> str:
+    return TOKEN_LINE.sub(rf"\g<1>'{HIDDEN}'", script)
+
+
+def visible_params(user, job) -> dict:
+    """The job's parameters; set-up lines (often `export API_KEY=...`) only for the owner."""
+    params = dict(job.params or {})
+    setup = params.get("env_setup")
+    if setup and not owns(user, job):
+        params["env_setup"] = [HIDDEN for _ in setup]
+    return params
+
+
+def visible_script(user, job) -> str | None:
+    """The script for the owner; admins get it with the set-up lines hidden; others None."""
+    if not can_view_script(user, job) or not job.script:
+        return None
+    script = redact_token(job.script)
+    if owns(user, job):
+        return script
+    setup = {line for line in (job.params or {}).get("env_setup") or () if line.strip()}
+    lines = [f"# {HIDDEN} set-up line" if line in setup else line for line in script.split("\n")]
+    return "\n".join(lines)
 
 
 def can_submit(user) -> bool:

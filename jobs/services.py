@@ -18,7 +18,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
-from jobs.accounts import can_act_on_job, can_submit, run_as_refusal, unix_user_for
+from jobs.accounts import can_act_on_job, can_submit, redact_token, run_as_refusal, unix_user_for
 from jobs.forms import stored_params
 from jobs.models import (
     ACTIVE_JOB_STATES,
@@ -111,6 +111,8 @@ def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> 
                 "updated_at": now,
             },
         )
+        # Slurm got the token in the script; the row keeps it only hashed (JobToken).
+        script = redact_token(script)
         Job.objects.filter(pk=job.pk).update(
             script=script, params=stored_params(params), submitted_by=user
         )

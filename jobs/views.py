@@ -8,7 +8,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from jobs import services
-from jobs.accounts import can_act_on_job, can_submit, can_view_script, default_account_for
+from jobs.accounts import (
+    can_act_on_job,
+    can_submit,
+    can_view_script,
+    default_account_for,
+    visible_params,
+    visible_script,
+)
 from jobs.forms import JobForm, initial_from_params, stored_params
 from jobs.models import JobState, JobTemplate
 from jobs.queries import job_for
@@ -55,6 +62,9 @@ def preview(request):
 @role_required(*ANY_ROLE)
 def detail(request, slurm_id: int):
     job = job_for(request.user, slurm_id)
+    # The script first: hiding its set-up lines needs the parameters' own.
+    job.script = visible_script(request.user, job) or ""
+    job.params = visible_params(request.user, job)
     context = {**_story_context(request, job), "show_script": can_view_script(request.user, job)}
     return render(request, "jobs/detail.html", context)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from jobs.accounts import can_view_script
+from jobs.accounts import visible_params, visible_script
 from jobs.models import Job, JobProgress, JobStateChange
 from jobs.reasons import plain_reason
 
@@ -41,7 +41,7 @@ class ProgressSerializer(serializers.ModelSerializer):
 class JobDetailSerializer(JobSerializer):
     """Adds parameters, history and progress; the script only for its owner or an admin."""
 
-    params = serializers.JSONField(read_only=True)
+    params = serializers.SerializerMethodField()
     script = serializers.SerializerMethodField()
     history = serializers.SerializerMethodField()
     progress = serializers.SerializerMethodField()
@@ -50,9 +50,11 @@ class JobDetailSerializer(JobSerializer):
         fields = [*JobSerializer.Meta.fields, "params", "script", "history", "progress"]
         read_only_fields = fields
 
+    def get_params(self, job) -> dict:
+        return visible_params(self.context["request"].user, job)
+
     def get_script(self, job) -> str | None:
-        user = self.context["request"].user
-        return job.script if can_view_script(user, job) else None
+        return visible_script(self.context["request"].user, job)
 
     def get_history(self, job) -> list[dict]:
         rows = job.state_changes.order_by("at", "id")
