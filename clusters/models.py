@@ -26,6 +26,7 @@ class NodeStatus(models.TextChoices):
     DOWN = "down"
     FAIL = "fail"
     REPLACING = "replacing"
+    IN_REPAIR = "in_repair", "in repair"
     SPARE = "spare"
     INFERENCE = "inference"
     UNKNOWN = "unknown"
@@ -54,6 +55,12 @@ class Cluster(models.Model):
     last_sync_at = models.DateTimeField(null=True, blank=True)
     slurm_version = models.CharField(max_length=32, blank=True)
     partition_drift = models.JSONField(default=dict, blank=True)
+    # When slurmctld last started, as `scontrol show config` says: a partition
+    # change seen without a restart is a person's edit, not Slurm's revert.
+    controller_started_at = models.DateTimeField(null=True, blank=True)
+    # Partition edits made outside Medbay to nodes Medbay had moved, waiting for an
+    # admin to adopt them: {node: {"medbay": [...], "slurm": [...], "seen_at": iso}}.
+    partition_edits = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -108,6 +115,19 @@ class Node(models.Model):
         max_length=16, choices=NodeStatus.choices, default=NodeStatus.UNKNOWN, db_index=True
     )
     reason = models.CharField(max_length=512, blank=True)
+    # Who set Slurm's reason and when (reason_set_by_user, reason_changed_at).
+    reason_set_by = models.CharField(max_length=64, blank=True)
+    reason_set_at = models.DateTimeField(null=True, blank=True)
+    # Who else holds the node out of service (an admin, HealthCheckProgram, Slurm,
+    # another Kubernetes controller), in words; empty when nobody or only Medbay.
+    held_by = models.CharField(max_length=255, blank=True)
+    fleet_held_by = models.CharField(max_length=255, blank=True)
+    # A failed node handed to the hardware people, with their ticket or note.
+    in_repair_since = models.DateTimeField(null=True, blank=True)
+    repair_note = models.CharField(max_length=255, blank=True)
+    # The partitions Medbay itself last put the node in (None: Medbay never moved
+    # it). Drift re-apply restores only these, never a membership someone else set.
+    medbay_partitions = models.JSONField(null=True, blank=True)
     pool = models.ForeignKey(
         NodePool, null=True, blank=True, on_delete=models.SET_NULL, related_name="nodes"
     )
@@ -121,7 +141,7 @@ class Node(models.Model):
     updated_at = models.DateTimeField(default=timezone.now)
     # The action of the node's active remediation run, if any; the board shows
     # "replacing" from it, since Slurm has no such state.
-    active_remediation = models.CharField(max_length=16, blank=True)
+    active_remediation = models.CharField(max_length=20, blank=True)
     cordoned = models.BooleanField(default=False)
 
     class Meta:

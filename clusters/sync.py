@@ -28,9 +28,9 @@ from django.db.models import BigIntegerField, F, Func, Lookup, Q, TextField, Val
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from clusters import drift
+from clusters import drift, holders
 from clusters.backends.base import BackendError, ClusterBackend, JobInfo, NodeInfo, PartitionInfo
-from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, Partition
+from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, NodeStatus, Partition
 from clusters.status import POOL_FOR_PARTITION, board_status
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobStateChange
 from portal import live
@@ -42,6 +42,9 @@ NODE_FIELDS = (
     "flags",
     "status",
     "reason",
+    "reason_set_by",
+    "reason_set_at",
+    "held_by",
     "pool_id",
     "partition_names",
     "cpus",
@@ -68,6 +71,8 @@ JOB_FIELDS = (
     "time_limit_minutes",
 )
 SEEN_RESOLUTION = timedelta(seconds=30)
+# A node handed over for repair shows "in repair" while Slurm keeps it out of service.
+REPAIRABLE = frozenset({NodeStatus.FAIL, NodeStatus.DOWN, NodeStatus.DRAINED})
 VANISHED_REASON = "no longer reported by Slurm (see sacct for the outcome)"
 # `JobState.values` builds a new list on every access; the sync asks once per job.
 KNOWN_JOB_STATES = frozenset(JobState.values)
@@ -243,13 +248,21 @@ def _pool_for(info: NodeInfo, pools: dict[str, NodePool]) -> NodePool | None:
     return None
 
 
-def _node_values(info: NodeInfo, pool: NodePool | None, remediation: str) -> tuple:
+def _node_values(
+    info: NodeInfo, pool: NodePool | None, remediation: str, in_repair: bool = False
+) -> tuple:
     """The NODE_FIELDS of a node as the snapshot reports it, in that order."""
+    status = board_status(info.state, info.flags, pool.kind if pool else None, remediation)
+    if in_repair and status in REPAIRABLE:
+        status = NodeStatus.IN_REPAIR
     return (
         info.state,
         ",".join(sorted(info.flags)),
-        board_status(info.state, info.flags, pool.kind if pool else None, remediation),
+        status,
         info.reason[:512],
+        info.reason_set_by[:64],
+        info.reason_set_at,
+        holders.describe(holders.other_holders(info))[:255],
         # The id, not the object: comparing `row.pool` would load each node's pool.
         pool.pk if pool else None,
         ",".join(info.partitions),
@@ -260,12 +273,15 @@ def _node_values(info: NodeInfo, pool: NodePool | None, remediation: str) -> tup
     )
 
 
-def _stored_nodes(cluster: Cluster) -> dict[str, tuple[int, str, tuple]]:
-    """name -> (pk, active remediation, NODE_FIELDS values): plain tuples, no instances."""
+def _stored_nodes(cluster: Cluster) -> dict[str, tuple[int, str, bool, tuple]]:
+    """name -> (pk, active remediation, in repair, NODE_FIELDS values): plain tuples."""
     rows = Node.objects.filter(cluster=cluster).values_list(
-        "name", "pk", "active_remediation", *NODE_FIELDS
+        "name", "pk", "active_remediation", "in_repair_since", *NODE_FIELDS
     )
-    return {name: (pk, remediation, tuple(values)) for name, pk, remediation, *values in rows}
+    return {
+        name: (pk, remediation, repair is not None, tuple(values))
+        for name, pk, remediation, repair, *values in rows
+    }
 
 
 def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> dict[str, int]:
@@ -276,22 +292,22 @@ def _sync_nodes(cluster, infos, partition_rows, pools, actor, now, result) -> di
     for info in infos:
         pool = _pool_for(info, pools)
         old = stored.get(info.name)
-        values = _node_values(info, pool, old[1] if old else "")
+        values = _node_values(info, pool, old[1] if old else "", bool(old and old[2]))
         fields = dict(zip(NODE_FIELDS, values, strict=True))
         if old is None:
             row = Node(cluster=cluster, name=info.name, last_seen_at=now, updated_at=now, **fields)
             new_nodes.append(row)
             continue
-        if old[2] == values:
+        if old[3] == values:
             continue
         row = Node(pk=old[0], cluster=cluster, name=info.name, updated_at=now, **fields)
         changed.append(row)
         changed_fields.update(
             name
-            for name, was, now_is in zip(NODE_FIELDS, old[2], values, strict=True)
+            for name, was, now_is in zip(NODE_FIELDS, old[3], values, strict=True)
             if was != now_is
         )
-        old_status = old[2][NODE_FIELDS.index("status")]
+        old_status = old[3][NODE_FIELDS.index("status")]
         if old_status != row.status:
             history.append(_node_change(row, old_status, actor, now))
     ids = {name: old[0] for name, old in stored.items()}

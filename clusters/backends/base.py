@@ -66,6 +66,7 @@ class NodeInfo:
     gpu_model: str = ""
     gpus_used: int = 0
     reason_set_at: datetime | None = None
+    reason_set_by: str = ""  # Slurm's reason_set_by_user: who drained it (root for Medbay too)
 
 
 @dataclass(frozen=True)

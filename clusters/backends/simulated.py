@@ -66,6 +66,8 @@ class SimNode:
     down: bool = False
     flags: set[str] = field(default_factory=set)
     reason: str = ""
+    reason_set_by: str = ""
+    reason_set_at: datetime | None = None
     cordoned: bool = False
     pool: str = "training"
     gpu_health: dict[int, str] = field(default_factory=dict)
@@ -144,6 +146,7 @@ class SimulatedCluster:
         self.rng = random.Random(seed)
         self.time_scale = time_scale
         self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self.acting_user = "root"
         self.requeue_hold = requeue_hold
         self.fault_rate_per_gpu_day = fault_rate_per_gpu_day
         self.xid_mix = tuple(xid_mix)
@@ -269,6 +272,8 @@ class SimulatedCluster:
             gpus=node.gpus,
             gpu_model=node.gpu_model,
             gpus_used=used,
+            reason_set_at=node.reason_set_at if node.reason else None,
+            reason_set_by=node.reason_set_by if node.reason else "",
         )
 
     def _job_info(self, job: SimJob) -> JobInfo:
@@ -306,7 +311,7 @@ class SimulatedCluster:
         with self._lock:
             sim_node = self._node(node)
             sim_node.down = True
-            sim_node.reason = reason
+            self._stamp(sim_node, reason)
             self._kill_jobs_on(sim_node.name)
 
     def resume_node(self, node: str) -> None:
@@ -322,7 +327,7 @@ class SimulatedCluster:
         with self._lock:
             sim_node = self._node(node)
             sim_node.flags |= {"drain", "reboot_requested"}
-            sim_node.reason = reason
+            self._stamp(sim_node, reason)
 
     def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None:
         with self._lock:
@@ -342,7 +347,13 @@ class SimulatedCluster:
         with self._lock:
             sim_node = self._node(node)
             sim_node.flags.add(flag)
-            sim_node.reason = reason
+            self._stamp(sim_node, reason)
+
+    def _stamp(self, sim_node: SimNode, reason: str) -> None:
+        """Slurm records who set a reason and when (everyone acts as root here)."""
+        sim_node.reason = reason
+        sim_node.reason_set_by = self.acting_user
+        sim_node.reason_set_at = self.now
 
     def _kill_jobs_on(self, node: str) -> None:
         for job in list(self._jobs.values()):
@@ -552,7 +563,7 @@ class SimulatedCluster:
             spare.flags -= {"drain", "fail"}
             spare.reason = ""
             failed.flags.add("fail")
-            failed.reason = reason
+            self._stamp(failed, reason)
             failed.partitions = ["spare"]
             failed.pool = "spare"
             return spare.name

@@ -403,7 +403,7 @@ def node_from_scontrol_record(
     record: Mapping[str, str], local_tz: tzinfo | None = None
 ) -> NodeInfo:
     base, flags = split_node_state(record.get("State", "").split("+"))
-    reason, reason_set_at, _ = text_reason(record.get("Reason"), local_tz)
+    reason, reason_set_at, reason_set_by = text_reason(record.get("Reason"), local_tz)
     gres = record.get("Gres", "")
     used = tres_gpus(record.get("AllocTRES"))
     if used is None:
@@ -422,6 +422,7 @@ def node_from_scontrol_record(
         gpu_model=gpu_model(gres),
         gpus_used=used,
         reason_set_at=reason_set_at,
+        reason_set_by=reason_set_by,
     )
 
 
@@ -538,6 +539,7 @@ def node_from_json(raw: Mapping[str, Any]) -> NodeInfo:
         gpu_model=gpu_model(gres),
         gpus_used=gpu_count(raw.get("gres_used")),
         reason_set_at=epoch_to_datetime(raw.get("reason_changed_at")),
+        reason_set_by=text_or_empty(raw.get("reason_set_by_user")),
     )
 
 
@@ -582,6 +584,7 @@ def node_from_sinfo_group(name: str, group: Mapping[str, Any]) -> NodeInfo:
         gpu_model=gpu_model(gres.get("total")),
         gpus_used=gpu_count(gres.get("used")),
         reason_set_at=epoch_to_datetime(reason.get("time")),
+        reason_set_by=text_or_empty(reason.get("user")),
     )
 
 

@@ -262,6 +262,8 @@ class Engine:
             fields.update(current_step=run.current_step + 1, due_at=now)
             if run.current_step + 1 >= len(run.planned_steps):
                 message = "dry run: nothing was changed" if run.dry_run else "all steps done"
+                if context.get("left_held_for"):
+                    message += f"; left drained for: {context['left_held_for']}"
                 return self._transition(run, RunStatus.SUCCEEDED, message, fields, guard)
             if run.status == RunStatus.WAITING:
                 return self._transition(run, RunStatus.RUNNING, result.message, fields, guard)

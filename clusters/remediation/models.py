@@ -20,6 +20,7 @@ class Action(models.TextChoices):
     REPLACE = "replace"
     TO_INFERENCE = "to_inference", "Move to inference"
     TO_TRAINING = "to_training", "Move to training"
+    RETURN_TO_SERVICE = "return_to_service", "Return to service"
 
 
 class Trigger(models.TextChoices):
@@ -48,7 +49,7 @@ class Policy(models.Model):
 
     xid = models.PositiveIntegerField(null=True, blank=True, unique=True)
     check_name = models.CharField(max_length=64, blank=True)
-    action = models.CharField(max_length=16, choices=Action.choices)
+    action = models.CharField(max_length=20, choices=Action.choices)
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.APPROVAL)
     enabled = models.BooleanField(default=True)
     updated_by = models.ForeignKey(
@@ -112,7 +113,7 @@ class Remediation(models.Model):
     """One durable run of an action on a node, advanced step by step by the engine."""
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="remediations")
-    action = models.CharField(max_length=16, choices=Action.choices)
+    action = models.CharField(max_length=20, choices=Action.choices)
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PROPOSED)
     reason = models.CharField(max_length=255)
@@ -147,6 +148,10 @@ class Remediation(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     message = models.CharField(max_length=500, blank=True)
+    # A more drastic fault on the node cancelled this run and started that one.
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

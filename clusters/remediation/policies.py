@@ -13,13 +13,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Subquery
 
 from clusters.models import Cluster
-from clusters.remediation import safety
-from clusters.remediation.models import Action, Mode, Policy, Remediation, Trigger
+from clusters.remediation import safety, services
+from clusters.remediation.models import (
+    Action,
+    Mode,
+    Policy,
+    Remediation,
+    RemediationStatusChange,
+    Trigger,
+)
 from clusters.remediation.services import NodeBusy, create_run
-from clusters.remediation.transitions import ACTIVE
+from clusters.remediation.transitions import ACTIVE, RunStatus
 from health import xid as catalogue
 from health.models import CheckStatus, EventKind, HealthEvent, Incident
 
@@ -178,20 +185,46 @@ def on_incidents(incident_ids: list[int]) -> list[Decision]:
     policies = _policies()
     # An incident that already has a run is answered without deciding (and so without
     # the repeat-count queries per XID): this is checked for every incident in one query.
+    active = Remediation.objects.filter(
+        incident=OuterRef("pk"), status__in=[str(s) for s in ACTIVE]
+    )
     incidents = (
         Incident.objects.filter(pk__in=incident_ids)
         .select_related("node")
-        .annotate(handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))))
+        .annotate(
+            handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))),
+            active_run=Subquery(active.values("pk")[:1]),
+        )
     )
     for incident in incidents:
         if incident.handled:
-            decisions.append(_already_handled(incident))
+            decisions.append(_regrown(incident, policies) or _already_handled(incident))
             continue
         try:
             decisions.append(handle_incident(incident, policies=policies))
         except Exception:
             logger.exception("Remediation trigger for incident %s failed", incident.pk)
     return decisions
+
+
+def _regrown(incident: Incident, policies: dict) -> Decision | None:
+    """An incident its run already handles grew a new XID (a 48 after a 31 on the same
+    GPU): decide again, and supersede the run when the new fault is more drastic."""
+    if incident.active_run is None:
+        return None
+    run = Remediation.objects.filter(pk=incident.active_run).first()
+    if run is None or not set(incident.xids or []) - set(_xids_of(run)):
+        return None
+    decision = decide(incident, policies=policies)
+    if not supersedes(decision, run):
+        return _join(incident, run, decision)
+    with transaction.atomic():
+        Cluster.objects.select_for_update().filter(pk=incident.node.cluster_id).first()
+        return _supersede(incident, incident.node, run, decision)
+
+
+def _xids_of(run: Remediation) -> list:
+    return run.context.get("xids") or [run.context.get("xid")]
 
 
 def _already_handled(incident: Incident) -> Decision:
@@ -220,16 +253,93 @@ def handle_incident(incident: Incident, *, policies: dict | None = None) -> Deci
         return decision.but("already handled")
     node = incident.node
     busy = Remediation.objects.filter(node=node, status__in=[str(s) for s in ACTIVE]).first()
-    if busy is not None:
-        return decision.but(f"node busy with run {busy.pk}")
+    if busy is not None and not supersedes(decision, busy):
+        return _join(incident, busy, decision)
     with transaction.atomic():
         # One admission at a time per cluster (PostgreSQL row lock), so that two
         # agents reporting at once cannot both slip under the breaker's limit.
         Cluster.objects.select_for_update().filter(pk=node.cluster_id).first()
+        if busy is not None:
+            return _supersede(incident, node, busy, decision)
         return _admit(incident, node, decision)
 
 
-def _admit(incident: Incident, node, decision: Decision) -> Decision:
+# ----------------------------------------------------------------- escalation
+# How drastic each action is, for a fault that arrives while a run is active. Admin
+# moves and uncordons rank lowest (a fault on a node being moved takes over), a
+# plain drain sits between restarting jobs and resetting a GPU.
+SEVERITY = {
+    None: 0,
+    Action.NOTIFY: 1,
+    Action.UNCORDON: 2,
+    Action.TO_INFERENCE: 2,
+    Action.TO_TRAINING: 2,
+    Action.RETURN_TO_SERVICE: 2,
+    Action.RESTART_APP: 3,
+    Action.CORDON: 4,
+    Action.DRAIN: 4,
+    Action.RESET_GPU: 5,
+    Action.REBOOT: 6,
+    Action.REPLACE: 7,
+}
+
+
+def supersedes(decision: Decision, run: Remediation) -> bool:
+    """A more drastic action than the active run's takes over; a quarantine stays."""
+    if run.planned_steps == ["quarantine"]:
+        return False
+    return SEVERITY.get(decision.action, 0) > SEVERITY.get(run.action, 0)
+
+
+def _join(incident: Incident, run: Remediation, decision: Decision) -> Decision:
+    """An equal or milder fault joins the active run: written on the run, not dropped."""
+    joined = list(run.context.get("joined_incidents") or [])
+    xids = sorted({*_xids_of(run), *(incident.xids or [])} - {None})
+    if incident.pk not in joined or xids != sorted(set(_xids_of(run)) - {None}):
+        if incident.pk not in joined and incident.pk != run.incident_id:
+            joined.append(incident.pk)
+        context = {**run.context, "joined_incidents": joined, "xids": xids}
+        Remediation.objects.filter(pk=run.pk).update(context=context)
+        run.context = context
+        RemediationStatusChange.objects.create(
+            remediation=run,
+            from_status=run.status,
+            to_status=run.status,
+            message=f"joined by incident {incident.pk}: {decision.reason} "
+            f"({decision.action}, not more drastic than {run.action})"[:500],
+            actor="policy",
+        )
+    return decision.but(f"joined run {run.pk} ({run.get_action_display()}, {run.status})")
+
+
+def _supersede(incident: Incident, node, old: Remediation, decision: Decision) -> Decision:
+    """Cancel the milder run and admit the new one in its place, or neither."""
+    try:
+        with transaction.atomic():
+            note = f"superseded: {decision.reason} calls for {decision.action}"
+            if not services.transition(old, RunStatus.CANCELLED, message=note, actor="policy"):
+                raise _Abandon(decision.but(f"node busy with run {old.pk}"))
+            outcome = _admit(incident, node, decision, inherit=old)
+            new_id = outcome.outcome.removeprefix("run ")
+            if not new_id.isdigit():
+                raise _Abandon(outcome)  # suppressed or refused: the milder run goes on
+            pointer = f"superseded by run {new_id}: {decision.reason} calls for {decision.action}"
+            Remediation.objects.filter(pk=old.pk).update(
+                superseded_by_id=int(new_id), message=pointer
+            )
+            old.status_changes.filter(to_status=RunStatus.CANCELLED).update(message=pointer)
+    except _Abandon as abandoned:
+        return abandoned.decision
+    return outcome.but(f"run {new_id} (supersedes run {old.pk})")
+
+
+class _Abandon(Exception):
+    def __init__(self, decision: Decision):
+        super().__init__(decision.outcome)
+        self.decision = decision
+
+
+def _admit(incident: Incident, node, decision: Decision, *, inherit=None) -> Decision:
     mode = decision.mode
     acts = mode != Mode.DRY_RUN and decision.action not in HARMLESS
     flapping = acts and safety.is_flapping(node)
@@ -247,11 +357,21 @@ def _admit(incident: Incident, node, decision: Decision) -> Decision:
             incident=incident,
             policy=Policy.objects.filter(pk=decision.policy_id).first(),
             mode=mode,
-            context={"gpu": decision.gpu, "xid": decision.xid},
+            context=_context(incident, decision, inherit),
         )
     except NodeBusy as busy:
         return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
     return decision.but(f"run {run.pk}")
+
+
+def _context(incident: Incident, decision: Decision, inherit: Remediation | None) -> dict:
+    context = {"gpu": decision.gpu, "xid": decision.xid, "xids": list(incident.xids or [])}
+    if inherit is not None:
+        context["supersedes"] = inherit.pk
+        if "held_by" in inherit.context:
+            # Who held the node before Medbay's first drain, not Medbay's own reason.
+            context["held_by"] = inherit.context["held_by"]
+    return context
 
 
 def _quarantine(incident: Incident, node, decision: Decision) -> Decision:

@@ -11,9 +11,8 @@ from django.utils import timezone
 
 from clusters.backends.base import BackendError, ClusterBackend
 from clusters.models import Gpu, GpuHealth, Node
-from clusters.remediation import safety
+from clusters.remediation import ownership, safety
 from clusters.remediation.models import Trigger
-from clusters.remediation.services import slurm_reason
 from clusters.remediation.steps import (
     failed,
     needs_attention,
@@ -84,7 +83,8 @@ def replace(run, ctx):
         spares_before=ctx.fleet.spare_capacity(),
         partitions_before=[name for name in info.partitions if name != "spare"],
     )
-    replacement = ctx.fleet.replace(run.node.name, slurm_reason(run, REPLACE_REASON))
+    reason = ownership.reason_for(run, ctx, REPLACE_REASON, info=info)
+    replacement = ctx.fleet.replace(run.node.name, reason)
     ctx.context["replacement"] = replacement
     _record_pools(run, ctx, replacement)
     return succeeded(f"{replacement} replaces {run.node.name}; {run.node.name} marked fail")

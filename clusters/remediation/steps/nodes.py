@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from clusters import holders
 from clusters.models import Node, NodePool
+from clusters.remediation import ownership
 from clusters.remediation.models import Action
-from clusters.remediation.services import slurm_reason
 from clusters.remediation.steps import (
     needs_attention,
     skipped,
@@ -22,8 +23,8 @@ DRAINED_POLL_S = 5.0
 
 @step("drain", "drain {node} so that no new job lands on it")
 def drain(run, ctx):
-    reason = slurm_reason(run)
     info = ctx.node(run.node.name)
+    reason = ownership.reason_for(run, ctx, info=info)
     if info is not None and "drain" in info.flags and info.reason == reason:
         return skipped(f"{run.node.name} is already drained: {reason}")
     ctx.backend.drain_node(run.node.name, reason)
@@ -32,20 +33,39 @@ def drain(run, ctx):
 
 @step("cordon", "cordon {node} in the fleet")
 def cordon(run, ctx):
-    ctx.fleet.cordon(run.node.name, slurm_reason(run))
-    Node.objects.filter(pk=run.node_id).update(cordoned=True)
+    ctx.fleet.cordon(run.node.name, ownership.reason_for(run, ctx))
+    Node.objects.filter(pk=run.node_id).update(cordoned=True, **_fleet_holds(run, ctx))
     return succeeded(f"cordoned {run.node.name}")
 
 
-@step("uncordon", "uncordon {node} in the fleet")
+@step("uncordon", "uncordon {node} in the fleet (Medbay's own cordon only)")
 def uncordon(run, ctx):
+    # The spare-pool fleet's uncordon is a Slurm resume, which must not undo another
+    # party's drain; a Kubernetes uncordon removes only Medbay's own taint and cordon.
+    held = ownership.hand_back(run, ctx, "uncordon")
+    if held is not None:
+        return held
     ctx.fleet.uncordon(run.node.name)
-    Node.objects.filter(pk=run.node_id).update(cordoned=False)
+    Node.objects.filter(pk=run.node_id).update(cordoned=False, **_fleet_holds(run, ctx))
+    others = _fleet_holds(run, ctx).get("fleet_held_by")
+    if others:
+        return succeeded(f"removed Medbay's cordon of {run.node.name}; still held by {others}")
     return succeeded(f"uncordoned {run.node.name}")
 
 
-@step("resume", "resume {node} in Slurm")
+def _fleet_holds(run, ctx) -> dict:
+    """Other controllers' cordons and taints, for fleets that can tell (Kubernetes)."""
+    read = getattr(ctx.fleet, "holders", None)
+    if read is None:
+        return {}
+    return {"fleet_held_by": "; ".join(read(run.node.name))[:255]}
+
+
+@step("resume", "resume {node} in Slurm, unless someone else still holds it")
 def resume(run, ctx):
+    held = ownership.hand_back(run, ctx)
+    if held is not None:
+        return held
     ctx.backend.resume_node(run.node.name)
     return succeeded(f"resumed {run.node.name}")
 
@@ -57,7 +77,16 @@ def reboot(run, ctx):
         return skipped(f"a reboot of {run.node.name} is already pending")
     if ctx.context.get("reboot_requested_at"):
         return skipped(f"{run.node.name} was already asked to reboot")
-    ctx.backend.reboot_node(run.node.name, slurm_reason(run))
+    held = ownership.held_by_others(run, ctx, info)
+    if held:
+        # nextstate=resume would put the node back into service after the boot,
+        # undoing the other party's drain.
+        return needs_attention(
+            f"{run.node.name} is also held by {holders.describe(held)}; Medbay does not "
+            "reboot it, since Slurm resumes a node after the reboot. Reboot it by hand or "
+            "release that hold, then retry this run."
+        )
+    ctx.backend.reboot_node(run.node.name, ownership.reason_for(run, ctx))
     ctx.context["reboot_requested_at"] = ctx.now.isoformat()
     return succeeded(f"reboot of {run.node.name} requested")
 
@@ -72,7 +101,7 @@ def reset_gpu(run, ctx):
     if ctx.context.get("reset_requested_at"):
         # An admin retried the run after the manual reset the message asked for.
         return succeeded(f"GPU(s) {_list(gpus)} of {run.node.name} reset by an admin")
-    ctx.backend.drain_node(run.node.name, slurm_reason(run))
+    ctx.backend.drain_node(run.node.name, ownership.reason_for(run, ctx))
     ctx.context["reset_requested_at"] = ctx.now.isoformat()
     return needs_attention(
         f"Reset GPU {_list(gpus)} on {run.node.name} with `nvidia-smi -r -i N` (the node is "
