@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "channels",
+    "axes",
     "portal",
     "clusters",
     "jobs",
@@ -65,6 +66,13 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: it turns a log-in that axes refused into the lockout answer.
+    "axes.middleware.AxesMiddleware",
+]
+AUTHENTICATION_BACKENDS = [
+    # First: it refuses a locked name before any password is checked.
+    "portal.views_auth.ThrottlingBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -223,6 +231,17 @@ MEDBAY_METRICS_TOKEN = env_str("MEDBAY_METRICS_TOKEN")
 # Failed log-ins allowed per client address and user name within the window.
 MEDBAY_LOGIN_MAX_FAILURES = env_int("MEDBAY_LOGIN_MAX_FAILURES", 10)
 MEDBAY_LOGIN_WINDOW_S = env_int("MEDBAY_LOGIN_WINDOW_S", 300)
+# django-axes applies them to every authenticate(request, ...): /login/, /admin/login/,
+# /api/v1/auth/token/ (see portal/views_auth.py).
+AXES_FAILURE_LIMIT = MEDBAY_LOGIN_MAX_FAILURES
+AXES_COOLOFF_TIME = "portal.views_auth.cool_off"
+AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"]]
+AXES_USERNAME_CALLABLE = "portal.views_auth.username_key"
+AXES_CLIENT_IP_CALLABLE = "portal.views_auth.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.views_auth.lockout"
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
 
 LOGGING = {
     "version": 1,

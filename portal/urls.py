@@ -2,19 +2,18 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
 from portal.metrics import metrics_view
-from portal.views_auth import RateLimitedLoginView
+from portal.views_auth import ThrottledObtainAuthToken
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
 
 api_patterns = [
-    path("auth/token/", obtain_auth_token, name="api-token"),
+    path("auth/token/", ThrottledObtainAuthToken.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("health/events/", HealthEventsView.as_view(), name="api-health-events"),
@@ -25,7 +24,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("login/", RateLimitedLoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view, name="metrics"),

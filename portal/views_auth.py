@@ -1,40 +1,90 @@
-"""The log-in page, with failed attempts throttled (see portal.ratelimit)."""
+"""Log-in throttling, for every path that checks a password: django-axes.
+
+Axes counts failures in its backend and its `user_login_failed` handler, so the
+log-in page, the admin's log-in and the API's token endpoint (all three call
+`authenticate(request, ...)`) share one counter and one lockout, and so will any
+log-in added later. A locked name is refused before its password is checked.
+
+The counters are rows (axes' database handler), not cache keys: log-in keeps
+working, throttled, while Redis is down (tests/chaos/test_redis_outage.py).
+"""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from axes.backends import AxesStandaloneBackend
 from django.conf import settings
-from django.contrib.auth.views import LoginView
+from django.http import JsonResponse
 from django.shortcuts import render
+from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import ValidationError
 
-from portal import ratelimit
+
+def client_ip(request) -> str:
+    # daphne's --proxy-headers puts the load balancer's X-Forwarded-For here;
+    # reading the header ourselves would let any client pick its own address.
+    return request.META.get("REMOTE_ADDR", "")
 
 
-class RateLimitedLoginView(LoginView):
-    """Django's LoginView that refuses, with a 429, after too many failures."""
+def username_key(request, credentials) -> str:
+    """One counter for `alice`, ` Alice` and `ALICE`."""
+    name = (credentials or {}).get("username") or request.POST.get("username", "")
+    return str(name).strip().lower()[:150]
+
+
+def lockout_message() -> str:
+    minutes = max(1, round(settings.MEDBAY_LOGIN_WINDOW_S / 60))
+    return (
+        f"Too many failed log-in attempts for this user name from your address. "
+        f"Try again in {minutes} minute{'s' if minutes != 1 else ''}."
+    )
+
+
+def lockout(request, *args, **kwargs):
+    """Axes' lockout answer: JSON under /api/, the error page elsewhere, with Retry-After.
+
+    Axes calls this with (request, response, credentials) or, from its async
+    middleware, (request, credentials); neither is needed here.
+    """
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"detail": lockout_message(), "errors": {}}, status=429)
+    else:
+        context = {"status": 429, "message": lockout_message()}
+        response = render(request, "error.html", context, status=429)
+    response["Retry-After"] = str(settings.MEDBAY_LOGIN_WINDOW_S)
+    return response
+
+
+def cool_off(request=None):
+    """How long a lock lasts; read per request so tests (and admins) may change it."""
+    return timedelta(seconds=settings.MEDBAY_LOGIN_WINDOW_S)
+
+
+class ThrottledObtainAuthToken(ObtainAuthToken):
+    """DRF's token endpoint; axes marks DRF's Request, not Django's, as locked out."""
 
     def post(self, request, *args, **kwargs):
-        # Refuse before checking the password, so a locked name cannot be guessed at.
-        if ratelimit.is_locked(ratelimit.client_ip(request), self._username()):
-            return self._locked()
-        return super().post(request, *args, **kwargs)
-
-    def form_invalid(self, form):
-        ratelimit.record_failure(ratelimit.client_ip(self.request), self._username())
-        return super().form_invalid(form)
-
-    def form_valid(self, form):
-        ratelimit.clear(ratelimit.client_ip(self.request), self._username())
-        return super().form_valid(form)
-
-    def _username(self) -> str:
-        return str(self.request.POST.get("username", ""))[:150]
-
-    def _locked(self):
-        response = render(
-            self.request,
-            "error.html",
-            {"status": 429, "message": ratelimit.lockout_message()},
-            status=429,
-        )
-        response["Retry-After"] = str(settings.MEDBAY_LOGIN_WINDOW_S)
+        try:
+            response = super().post(request, *args, **kwargs)
+        except ValidationError:
+            if getattr(request, "axes_locked_out", False):
+                return lockout(request)
+            raise
+        if getattr(request, "axes_locked_out", False):
+            return lockout(request)
         return response
+
+
+class ThrottlingBackend(AxesStandaloneBackend):
+    """Axes' backend, which also lets through an authenticate() without a request.
+
+    Every web path passes its request (Django's log-in form, the admin's, DRF's
+    token serializer); only code on this host calls without one (the test
+    client's login(), management commands), and there is no address to count.
+    """
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kwargs)
