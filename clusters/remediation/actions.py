@@ -141,6 +141,52 @@ def cancel(run: Remediation, user, comment: str) -> Remediation:
     return run
 
 
+# Timers a step keeps in the run's context; a retry starts them again, or the step
+# would give up at once on its first look.
+RETRY_RESETS = ("validate_started_at", "drain_wait_started_at")
+
+
+def retry(run: Remediation, user, comment: str = "") -> Remediation:
+    """Run a run in needs_attention again from the step that stopped it."""
+    _require_admin(user)
+    comment = _clean_text(comment, field="comment", limit=400, required=False)
+    if run.status != RunStatus.NEEDS_ATTENTION:
+        raise WrongStatus(f"Run {run.pk} is {run.status}; only runs that need attention retry.")
+    now = timezone.now()
+    context = {k: v for k, v in run.context.items() if k not in RETRY_RESETS}
+    context["retried_at"] = now.isoformat()
+    actor = user.get_username()
+    message = f"Retried by {actor} from step {run.step_name or 'the end'}" + (
+        f": {comment}" if comment else ""
+    )
+    moved = services.transition(
+        run, RunStatus.RUNNING, message=message, actor=actor, context=context, due_at=now,
+        guard={"current_step": run.current_step},
+    )  # fmt: skip
+    if not moved:
+        raise WrongStatus(f"Run {run.pk} changed meanwhile.")
+    run.refresh_from_db()
+    return run
+
+
+def cancel_and_release(run: Remediation, user, comment: str) -> Remediation:
+    """Cancel a stuck run and give the node back to service through the engine (an
+    uncordon run, which still leaves alone a node someone else holds)."""
+    comment = _clean_text(comment, field="comment", limit=150)
+    with transaction.atomic():
+        cancel(run, user, comment)
+        node = Node.objects.select_related("pool").get(pk=run.node_id)
+        return services.create_run(
+            node,
+            Action.UNCORDON,
+            trigger=Trigger.ADMIN,
+            reason=f"release after cancelling run {run.pk}: {comment}",
+            requested_by=user,
+            mode=Mode.AUTOMATIC,
+            actor=user.get_username(),
+        )
+
+
 def _decide(run: Remediation, new: RunStatus, user, comment: str, *, verb: str) -> Remediation:
     if run.status != RunStatus.AWAITING_APPROVAL:
         raise WrongStatus(f"Run {run.pk} is {run.status}, not awaiting approval.")
@@ -243,9 +289,9 @@ class Impact:
         return sum(job.gpus for job in self.jobs)
 
 
-def impact_preview(node: Node, action: str) -> Impact:
+def impact_preview(node: Node, action: str, *, steps: list[str] | None = None) -> Impact:
     """The running jobs, users and GPUs `action` touches, and spares for a replace."""
-    steps = plan_for(action)
+    steps = plan_for(action) if steps is None else steps
     now = timezone.now()
     jobs = list(
         Job.objects.filter(nodes=node, state=JobState.RUNNING)
@@ -254,7 +300,7 @@ def impact_preview(node: Node, action: str) -> Impact:
     )
     checkpoints = last_checkpoints([job.pk for job in jobs])
     affected = [_affected(job, checkpoints.get(job.pk), now) for job in jobs]
-    spares = spare_nodes(node) if action == Action.REPLACE else []
+    spares = spare_nodes(node) if "check_eligibility" in steps or "replace" in steps else []
     return Impact(
         node=node,
         action=action,

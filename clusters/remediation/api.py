@@ -118,7 +118,7 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
             return RemediationDetailSerializer
         if self.action == "create":
             return RunRequestSerializer
-        if self.action in ("approve", "reject", "cancel"):
+        if self.action in ("approve", "reject", "cancel", "retry", "release"):
             return DecisionSerializer
         return RemediationSerializer
 
@@ -156,6 +156,16 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
     @api_action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         return self._decide(request, actions.cancel)
+
+    @api_action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        """Run a run that needs attention again from the step that stopped it."""
+        return self._decide(request, actions.retry)
+
+    @api_action(detail=True, methods=["post"])
+    def release(self, request, pk=None):
+        """Cancel the run and release its node through a new uncordon run (returned)."""
+        return self._decide(request, actions.cancel_and_release)
 
     def _decide(self, request, decide):
         run = self.get_object()

@@ -20,6 +20,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend, FleetProvider
@@ -181,7 +182,11 @@ class Engine:
             return StepResult(NEEDS_ATTENTION, f"step {step.name} crashed: {error!r}"[:400])
 
     def _transient(self, run: Remediation, error: BackendError) -> StepResult:
-        failures = run.steps.filter(index=run.current_step, outcome=StepOutcome.FAILED).count()
+        failed = run.steps.filter(index=run.current_step, outcome=StepOutcome.FAILED)
+        retried = parse_datetime(run.context.get("retried_at") or "")
+        if retried is not None:  # an admin's retry starts the count again
+            failed = failed.filter(started_at__gte=retried)
+        failures = failed.count()
         if failures + 1 >= MAX_TRANSIENT_FAILURES:
             return StepResult(
                 NEEDS_ATTENTION, f"gave up after {failures + 1} attempts: {error.message}"

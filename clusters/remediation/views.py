@@ -30,7 +30,20 @@ from portal.roles import ANY_ROLE, Role, role_required
 
 RUN_LIST_LIMIT = 200
 POLICY_HISTORY_SHOWN = 50
-DECISIONS = {"approve": actions.approve, "reject": actions.reject, "cancel": actions.cancel}
+DECISIONS = {
+    "approve": actions.approve,
+    "reject": actions.reject,
+    "cancel": actions.cancel,
+    "retry": actions.retry,
+    "release": actions.cancel_and_release,
+}
+PAST = {
+    "approve": "approved",
+    "reject": "rejected",
+    "cancel": "cancelled",
+    "retry": "retried",
+    "release": "cancelled; the node is being released by a new run",
+}
 RUN_RELATED = ("node", "requested_by", "approved_by", "policy")
 
 
@@ -72,6 +85,11 @@ def _render_run(request, run: Remediation, *, form=None, error: str = "", status
 
 
 def _impact_if_awaiting(run: Remediation):
+    if run.status == RunStatus.NEEDS_ATTENTION:
+        # A retry runs the plan on from the step that stopped.
+        return actions.impact_preview(
+            run.node, run.action, steps=run.planned_steps[run.current_step :]
+        )
     if run.status != RunStatus.AWAITING_APPROVAL:
         return None
     return actions.impact_preview(run.node, run.action)
@@ -96,8 +114,7 @@ def decide(request, pk: int, verdict: str):
         return _render_run(request, run, form=form, error=str(error), status=403)
     except actions.WrongStatus as error:
         return _render_run(request, run, form=form, error=str(error), status=409)
-    past = {"approve": "approved", "reject": "rejected", "cancel": "cancelled"}[verdict]
-    messages.success(request, f"Run {run.pk} {past}.")
+    messages.success(request, f"Run {run.pk} {PAST[verdict]}.")
     return redirect(_next_url(request, reverse("remediation-detail", args=[run.pk])))
 
 

@@ -102,6 +102,8 @@ ACCESS: dict[str, Access] = {
     "api:remediation-approve": page(post=ADMINS),
     "api:remediation-reject": page(post=ADMINS),
     "api:remediation-cancel": page(post=ADMINS),
+    "api:remediation-retry": page(post=ADMINS),
+    "api:remediation-release": page(post=ADMINS),
     "api:api-report": page(get=MANAGERS),
     "api:api-report-csv": page(get=MANAGERS),
     # The admin site's log-in page is public; the rest is DJANGO_ADMIN.

@@ -112,6 +112,8 @@ PARAMS_BY_URL: dict[str, dict[str, Filler]] = {
     "api:remediation-approve": {"pk": lambda world: world.remediation.pk},
     "api:remediation-reject": {"pk": lambda world: world.remediation.pk},
     "api:remediation-cancel": {"pk": lambda world: world.remediation.pk},
+    "api:remediation-retry": {"pk": lambda world: world.remediation.pk},
+    "api:remediation-release": {"pk": lambda world: world.remediation.pk},
     "report": {"name": lambda world: "utilization"},
     "api:api-report": {"name": lambda world: "utilization"},
     "api:api-report-csv": {"name": lambda world: "utilization"},
