@@ -475,7 +475,7 @@ def _publish_after_commit(
     incident_ids, node_id = list(result.changed_incident_ids), node.pk
 
     def publish() -> None:
-        from health.views import publish_events
+        from health.live import publish_events
 
         publish_events(event_ids)
         if gpus_changed:

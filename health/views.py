@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from django.http import Http404
 from django.shortcuts import render
-from django.template.loader import render_to_string
 
 from health import xid as catalogue
 from health.models import HealthEvent, Severity
 from health.queries import filter_events
-from portal import live
 from portal.roles import ANY_ROLE, role_required
 
 FEED_LIMIT = 200
@@ -44,24 +42,7 @@ def xid_detail(request, code: int):
         raise Http404("No such XID")
     info = catalogue.lookup(code)
     recent = HealthEvent.objects.filter(xid=code).select_related("node")[:50]
-    return render(request, "health/xid_detail.html", {"info": info, "code": code, "recent": recent})
-
-
-def publish_events(event_ids: list[int]) -> None:
-    """New or grown events go to the top of every open feed."""
-    if not event_ids:
-        return
-    events = list(
-        HealthEvent.objects.filter(pk__in=event_ids)
-        .select_related("node")
-        .order_by("-last_observed_at", "-id")[:FEED_LIMIT]
-    )
-    if not events:
-        return
-    rows = render_to_string("health/partials/event_rows.html", {"events": events[::-1]})
-    # A grown (folded) event moves to the top: delete its old row, then prepend.
-    deletes = "".join(f'<tr id="event-{event.pk}" hx-swap-oob="delete"></tr>' for event in events)
-    live.send_html(
-        live.EVENTS_GROUP,
-        f'{deletes}<tbody id="event-rows" hx-swap-oob="afterbegin">{rows}</tbody>',
-    )
+    context = {"info": info, "code": code, "recent": recent}
+    if request.htmx and request.htmx.target == "xid-events":
+        return render(request, "health/partials/xid_event_rows.html", context)
+    return render(request, "health/xid_detail.html", context)

@@ -35,6 +35,8 @@ def queue(request):
         "states": ["ACTIVE", *JobState.values],
         "can_submit": can_submit(request.user),
     }
+    if request.htmx and request.htmx.target == "job-rows":
+        return render(request, "jobs/partials/job_rows.html", context)
     return render(request, "jobs/queue.html", context)
 
 

@@ -12,7 +12,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import DatabaseError
 
 from portal import live
-from portal.roles import Role, roles_of
+from portal.roles import roles_of
 
 logger = logging.getLogger(__name__)
 
@@ -24,11 +24,17 @@ CLOSE_TRY_AGAIN = 1013
 
 # One job's page: `job:<slurm id>`, joined only by those who may see that job.
 JOB_TOPIC = re.compile(r"job:(\d{1,18})")
+# One node's page: `node:<name>`.
+NODE_TOPIC = re.compile(r"node:([A-Za-z0-9._-]{1,64})")
 
 
 def _requested_topics(query_string: bytes) -> tuple[str, ...]:
     topics = parse_qs(query_string.decode("latin-1")).get("topics", ["board"])[0].split(",")
-    wanted = tuple(t for t in topics if t in live.ALL_GROUPS or JOB_TOPIC.fullmatch(t))
+    wanted = tuple(
+        t
+        for t in topics
+        if t in live.ALL_GROUPS or JOB_TOPIC.fullmatch(t) or NODE_TOPIC.fullmatch(t)
+    )
     return wanted or (live.BOARD_GROUP,)
 
 
@@ -37,23 +43,19 @@ def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
 
     One synchronous call per connect: a thousand boards reconnecting at once
     otherwise queue three database round trips each on the one thread that
-    channels runs database work on. Researchers get only their own jobs' rows;
-    admins and managers get all.
+    channels runs database work on. The lists' sockets carry only pokes, never
+    rows (the page fetches its rows through its view), so everyone with a role
+    may join them; one job's page only those who may see that job.
     """
-    from jobs.accounts import unix_user_for
-    from jobs.live import user_jobs_group
-
-    roles = roles_of(user)
-    if not roles:
+    if not roles_of(user):
         return ()
-    sees_all_jobs = bool(roles & {Role.ADMIN, Role.MANAGER})
     groups = []
     for topic in topics:
-        job_topic = JOB_TOPIC.fullmatch(topic)
+        job_topic, node_topic = JOB_TOPIC.fullmatch(topic), NODE_TOPIC.fullmatch(topic)
         if job_topic:
             groups += _job_page_groups(user, int(job_topic.group(1)))
-        elif topic == live.JOBS_GROUP and not sees_all_jobs:
-            groups.append(user_jobs_group(unix_user_for(user)))
+        elif node_topic:
+            groups.append(live.node_page_group(node_topic.group(1)))
         else:
             groups.append(topic)
     return tuple(groups)

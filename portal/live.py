@@ -9,7 +9,9 @@ same partial renders the page and the live update.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import re
 import threading
 from collections.abc import Iterable
 
@@ -24,6 +26,7 @@ JOBS_GROUP = "jobs"
 EVENTS_GROUP = "events"
 REMEDIATION_GROUP = "remediation"
 ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP)
+JOBS_REGION = "jobs"
 
 # The in-memory layer's queues belong to the event loop the consumers run in;
 # a publisher on another thread (the demo's simulator) must hand messages to
@@ -82,19 +85,46 @@ def publish_nodes(node_ids: Iterable[int]) -> None:
         "clusters/partials/counts.html", {"counts": cluster_gpu_counts(), "oob": True}
     )
     send_html(BOARD_GROUP, counts + tiles)
+    poke_node_pages(row["name"] for row in rows)
 
 
 def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
-    from jobs.live import job_fragments_by_group
+    """Jobs changed, appeared or left: open queues fetch their page again (with their
+    own sort, filters and page, so a new job lands in its place and a finished one
+    leaves a filtered view), and open pages of these jobs fetch their story."""
     from jobs.models import Job
 
     job_ids = list(job_ids)
-    if job_ids:
-        for group, html in job_fragments_by_group(job_ids, set(new_ids)).items():
-            send_html(group, html)
-        shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
-        for cluster_id, slurm_id in shown:
-            poke_job_pages(cluster_id, [slurm_id])
+    if not job_ids:
+        return
+    poke(JOBS_GROUP, [JOBS_REGION])
+    shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
+    for cluster_id, slurm_id in shown:
+        poke_job_pages(cluster_id, [slurm_id])
+
+
+def poke(group: str, regions: Iterable[str]) -> None:
+    """Tell the pages in GROUP that these regions changed (static/js/live.js).
+
+    A region fetches itself again through its own view, with the viewer's
+    permissions and the page's filters, so the message carries no data at all:
+    a page applies only what it shows, in order, and a socket never carries
+    rows its user may not see.
+    """
+    names = sorted(set(regions))
+    if names:
+        send_html(group, json.dumps({"poke": names}))
+
+
+def node_page_group(name: str) -> str:
+    """The sockets of one node's page."""
+    # Channel group names allow only ASCII letters, digits, '-', '_' and '.'.
+    return "node." + re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
+
+
+def poke_node_pages(names: Iterable[str]) -> None:
+    for name in sorted(set(names)):
+        poke(node_page_group(name), [f"node-{name}"])
 
 
 def job_page_group(cluster_id: int, slurm_id: int) -> str:
@@ -107,12 +137,10 @@ def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
 
     The story (restarts, timeline, facts) takes several queries to build, and a
     sync cycle changes hundreds of jobs that nobody is looking at; so the page
-    gets a one-line fragment that makes htmx fetch the story, and only pages
-    that are open pay for it.
+    is poked and fetches its story itself: only pages that are open pay for it.
     """
     for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids}):
-        html = render_to_string("jobs/partials/story_poke.html", {"slurm_id": slurm_id})
-        send_html(job_page_group(cluster_id, slurm_id), html)
+        poke(job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
 
 
 def publish_banner(cluster_id: int) -> None:
@@ -121,7 +149,3 @@ def publish_banner(cluster_id: int) -> None:
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
     send_html(BOARD_GROUP, html)
-
-
-def publish_fragment(group: str, template: str, context: dict) -> None:
-    send_html(group, render_to_string(template, {**context, "oob": True}))

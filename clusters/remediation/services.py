@@ -144,13 +144,10 @@ def transition(
 
 
 def publish_step(step: RemediationStep) -> None:
-    """Append a step row to the run's live timeline once the step is committed."""
-    transaction.on_commit(
-        lambda: live.publish_fragment(
-            live.REMEDIATION_GROUP, "remediation/partials/step_row.html", {"step": step}
-        )
-    )
-    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(step.remediation_id))
+    """The run's page and the pages of the jobs it acted on show the step once committed."""
+    run_id = step.remediation_id
+    transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, [f"run-{run_id}"]))
+    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run_id))
 
 
 def _poke_pages_of_touched_jobs(run_id: int) -> None:
@@ -187,9 +184,8 @@ def _mark_node(run: Remediation, *, active: bool) -> None:
 
 
 def _publish_after_commit(run: Remediation) -> None:
-    transaction.on_commit(
-        lambda: live.publish_fragment(
-            live.REMEDIATION_GROUP, "remediation/partials/run_status.html", {"run": run}
-        )
-    )
+    """Run lists, the approval queue, the run's page and its node's page follow its status."""
+    regions, node_name = ["runs", f"run-{run.pk}"], run.node.name
+    transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, regions))
+    transaction.on_commit(lambda: live.poke_node_pages([node_name]))
     transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run.pk))

@@ -84,26 +84,36 @@ def test_the_queue_page_query_count_does_not_grow_with_the_jobs(
     assert response.content.decode().count('<tr id="job-') == 39
 
 
-def test_live_rows_keep_their_ids_and_plain_reasons(cluster):
-    from jobs.live import job_fragments_by_group
-
-    job = make_job(cluster, 42, user="alice", state="PENDING", reason="Resources")
-
-    html = job_fragments_by_group([job.pk], new_ids=set())["jobs"]
-
-    assert 'id="job-42" hx-swap-oob="true"' in html
-    assert "waiting for free nodes or GPUs" in html
+def rows_region(client, query=""):
+    """What an open queue fetches when it is poked: its own rows, with its own filters."""
+    return client.get(
+        f"/jobs/{query}", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="job-rows"
+    ).content.decode()
 
 
-def test_live_rows_go_to_everyone_who_may_see_them_and_no_one_else(cluster):
-    from jobs.live import job_fragments_by_group
+def test_the_live_region_returns_the_rows_alone_with_their_ids_and_plain_reasons(
+    login, researcher, cluster
+):
+    make_job(cluster, 42, user="alice", state="PENDING", reason="Resources")
 
-    alice = make_job(cluster, 43, user="alice", state="RUNNING")
-    bob = make_job(cluster, 44, user="bob", state="PENDING")
+    region = rows_region(login(researcher))
 
-    groups = job_fragments_by_group([alice.pk, bob.pk], new_ids={bob.pk})
+    assert region.lstrip().startswith('<tr id="job-42"')
+    assert "<table" not in region and "hx-swap-oob" not in region
+    assert "waiting for free nodes or GPUs" in html.unescape(region)
 
-    assert set(groups) == {"jobs", "jobs.user.alice", "jobs.user.bob"}
-    assert 'id="job-43"' in groups["jobs.user.alice"]
-    assert "job-44" not in groups["jobs.user.alice"]
-    assert 'hx-swap-oob="afterbegin"' in groups["jobs.user.bob"]
+
+def test_a_filtered_queue_gains_a_new_matching_row_and_loses_one_that_stopped_matching(
+    login, researcher, cluster
+):
+    client = login(researcher)
+    running = make_job(cluster, 43, user="alice", state="RUNNING")
+    make_job(cluster, 44, user="alice", state="RUNNING")
+    assert 'id="job-43"' in rows_region(client, "?state=RUNNING")
+
+    Job.objects.filter(pk=running.pk).update(state="COMPLETED")
+    make_job(cluster, 45, user="alice", state="RUNNING")
+    region = rows_region(client, "?state=RUNNING")
+
+    assert 'id="job-43"' not in region
+    assert region.index('id="job-45"') < region.index('id="job-44"')  # in its place

@@ -306,14 +306,17 @@ def test_the_queue_works_and_asks_slurm_once_while_the_cache_is_down(
 def test_the_job_page_and_live_rows_keep_the_row_id_state_cell_and_gpu_hours(
     login, researcher, cluster
 ):
-    from jobs.live import job_fragments_by_group
-
     job = make_job(
         cluster, 5, state="COMPLETED", gpus=8, start_at=T0, end_at=T0 + timedelta(hours=1)
     )
 
     page = login(researcher).get("/jobs/5/").content.decode()
-    live = job_fragments_by_group([job.pk], new_ids=set())["jobs.user.alice"]
+    live = (
+        login(researcher)
+        .get("/jobs/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="job-rows")
+        .content.decode()
+    )
+    assert job.slurm_id == 5
 
     for fragment in (page, live):
         assert re.search(r'<tr id="job-5"[^>]*>', fragment)

@@ -15,12 +15,14 @@ def sent(monkeypatch):
     return messages
 
 
-def remediation_html(sent) -> list[str]:
-    return [html for group, html in sent if group == live.REMEDIATION_GROUP]
+def remediation_pokes(sent) -> list[list[str]]:
+    import json
+
+    return [json.loads(html)["poke"] for group, html in sent if group == live.REMEDIATION_GROUP]
 
 
-def test_a_step_published_twice_replaces_its_row_instead_of_adding_one(
-    synced, sent, django_capture_on_commit_callbacks
+def test_a_step_pokes_its_runs_page_which_shows_each_step_once(
+    synced, sent, django_capture_on_commit_callbacks, web, admin_user
 ):
     run = services.create_run(
         Node.objects.get(name="gpu-02"), "drain", trigger=Trigger.ADMIN, reason="test"
@@ -32,16 +34,16 @@ def test_a_step_published_twice_replaces_its_row_instead_of_adding_one(
         services.publish_step(step)
     with django_capture_on_commit_callbacks(execute=True):
         RemediationStep.objects.filter(pk=step.pk).update(outcome=StepOutcome.SUCCEEDED)
-        step.outcome = StepOutcome.SUCCEEDED
         services.publish_step(step)
-    last = remediation_html(sent)[-1]
-    assert last.startswith(f'<tbody id="run-{run.pk}-steps" hx-swap-oob="true">')
-    assert last.count(f'id="step-{step.pk}"') == 1
-    assert "Succeeded" in last and "Started" not in last
+
+    assert remediation_pokes(sent)[-1] == [f"run-{run.pk}"]
+    page = web(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+    assert page.count(f'id="step-{step.pk}"') == 1
+    assert "Succeeded" in page and f'data-live-region="run-{run.pk}"' in page
 
 
-def test_a_decision_updates_the_status_on_open_pages(
-    admin_user, second_admin, synced, sent, django_capture_on_commit_callbacks
+def test_a_decision_pokes_the_lists_and_the_run_whose_page_drops_its_approve_form(
+    admin_user, second_admin, synced, sent, django_capture_on_commit_callbacks, web
 ):
     run = services.create_run(
         Node.objects.get(name="gpu-02"),
@@ -50,7 +52,11 @@ def test_a_decision_updates_the_status_on_open_pages(
         reason="XID 48",
         mode=Mode.APPROVAL,
     )
+    page = web(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+    assert "Approve</button>" in page
     with django_capture_on_commit_callbacks(execute=True):
         actions.approve(run, second_admin, "ok")
-    status = [html for html in remediation_html(sent) if f'id="run-{run.pk}-status"' in html]
-    assert status and "Running" in status[-1] and 'hx-swap-oob="true"' in status[-1]
+
+    assert ["run-" + str(run.pk), "runs"] in remediation_pokes(sent)
+    page = web(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+    assert "Approve</button>" not in page and "Reject</button>" not in page

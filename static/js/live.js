@@ -1,0 +1,91 @@
+// Live pages. The server sends two kinds of websocket message:
+// - HTML fragments with hx-swap-oob (the board's tiles and counts), which htmx's
+//   ws extension swaps in by id;
+// - pokes, {"poke": ["events", "run-7"]}, naming the regions that changed. A
+//   region is an element with data-live-region="NAME" and an hx-get of its own:
+//   it fetches itself again with the page's own filters, so a new row arrives
+//   in its place, a changed row changes, a row that left (or no longer matches)
+//   leaves, and a page applies only what it shows.
+// After a reconnect every region fetches itself once, so nothing missed while
+// the socket was down is lost. #live-status says live, reconnecting or offline.
+(function () {
+  "use strict";
+  var COALESCE_MS = 100;
+  var OFFLINE_AFTER_FAILURES = 3;
+  var pending = new Set();
+  var timer = null;
+  var opened = false;
+  var failures = 0;
+
+  function regions() {
+    return Array.prototype.slice.call(document.querySelectorAll("[data-live-region]"));
+  }
+
+  function refresh(names) {
+    names.forEach(function (name) { pending.add(name); });
+    if (timer === null) {
+      timer = setTimeout(flush, COALESCE_MS);
+    }
+  }
+
+  function flush() {
+    timer = null;
+    var all = pending.has("*");
+    regions().forEach(function (region) {
+      if (all || pending.has(region.dataset.liveRegion)) {
+        htmx.trigger(region, "medbay:refresh");
+      }
+    });
+    pending.clear();
+  }
+
+  function setStatus(state, detail) {
+    var status = document.getElementById("live-status");
+    if (status) {
+      status.textContent = state;
+      status.className = "live-status live-" + state;
+      status.title = detail || "Live updates: " + state;
+    }
+    var banner = document.getElementById("live-banner");
+    if (banner) {
+      banner.hidden = state !== "offline";
+    }
+  }
+
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    var text = event.detail.message;
+    if (typeof text !== "string" || text.charAt(0) !== "{") {
+      return; // an HTML fragment: the ws extension swaps it
+    }
+    event.preventDefault();
+    var message;
+    try {
+      message = JSON.parse(text);
+    } catch (error) {
+      return;
+    }
+    if (Array.isArray(message.poke)) {
+      refresh(message.poke);
+    }
+  });
+
+  document.addEventListener("htmx:wsOpen", function () {
+    failures = 0;
+    setStatus("live");
+    if (opened) {
+      refresh(["*"]); // catch up on what changed while the socket was down
+    }
+    opened = true;
+  });
+
+  document.addEventListener("htmx:wsClose", function (event) {
+    var code = event.detail.event ? event.detail.event.code : 0;
+    failures += 1;
+    if (code === 4401 || code === 4403) {
+      setStatus("offline", "Live updates stopped: you are logged out or lost access.");
+      return;
+    }
+    setStatus(failures > OFFLINE_AFTER_FAILURES ? "offline" : "reconnecting",
+              "Live updates interrupted (code " + code + "); retrying.");
+  });
+})();
