@@ -26,9 +26,13 @@ OUT_OF_SERVICE = frozenset(
         NodeStatus.DOWN,
         NodeStatus.FAIL,
         NodeStatus.REPLACING,
+        NodeStatus.IN_REPAIR,
     }
 )
-NODE_COLUMNS = ("id", "name", "status", "reason", "partition_names", "pool__kind", "gpus_used")
+NODE_COLUMNS = (
+    "id", "name", "status", "reason", "held_by", "fleet_held_by", "partition_names",
+    "pool__kind", "gpus_used",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,16 +146,25 @@ def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str 
     name = _escape(row["name"])
     status = _escape(row["status"])
     title = _escape(row["reason"]) if row["reason"] else status
+    held = "; ".join(filter(None, (row.get("held_by"), row.get("fleet_held_by"))))
+    held_attr = f' data-held-by="{_escape(held)}"' if held else ""
+    if held:
+        title = f"{title} — held by {_escape(held)}"
     gpu_cells = "".join([_gpu_cell(index, health, reason or "") for index, health, reason in cells])
     oob_attr = ' hx-swap-oob="true"' if oob else ""
     pool = _escape(row.get("pool__kind") or "")
     return (
         f'<a class="tile status-{status} pool-{pool}" id="node-{name}" href="{url}"'
-        f' data-status="{status}" title="{title}"{oob_attr}>'
+        f' data-status="{status}" title="{title}"{held_attr}{oob_attr}>'
         f'<span class="tile-name">{name}</span>'
         f'<span class="badge badge-{status}">{status}</span>'
+        f"{_HELD_MARK if held else ''}"
         f'<span class="gpus">{gpu_cells}</span></a>'
     )
+
+
+# A small marker on tiles someone other than Medbay holds out of service.
+_HELD_MARK = '<span class="held" aria-label="held by someone else">&#9873;</span>'
 
 
 def render_tiles(rows: list[dict], gpus: dict[int, list], *, oob: bool = False) -> str:

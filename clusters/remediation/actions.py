@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from clusters.models import Node, NodeStatus, Partition, PoolKind
+from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
 from clusters.remediation import services
 from clusters.remediation.models import (
     Action,
@@ -28,7 +28,9 @@ from clusters.remediation.models import (
 )
 from clusters.remediation.plans import plan_for
 from clusters.remediation.transitions import RunStatus
+from clusters.status import POOL_FOR_PARTITION
 from jobs.models import Job, JobState
+from portal import live
 from portal.roles import is_admin
 
 # What an admin may ask for by hand; the other actions are the policies' rungs.
@@ -40,13 +42,23 @@ ADMIN_ACTIONS = (
     Action.REBOOT,
     Action.TO_INFERENCE,
     Action.TO_TRAINING,
+    Action.RETURN_TO_SERVICE,
 )
+# Actions that put a node back into service: with failed GPUs they need a confirmation.
+BACK_TO_SERVICE = (Action.UNCORDON, Action.RETURN_TO_SERVICE)
+RETURN_POOLS = ("spare", "original")
 # A checkpoint longer than an hour is a job that will not checkpoint at all.
 MAX_GRACE_S = 3600
 DEFAULT_GRACE_S = 120
 MAX_REASON = 200  # the engine appends " [run N]" and the column holds 255
 OUT_OF_SERVICE = frozenset(
-    {NodeStatus.DRAINING, NodeStatus.DRAINED, NodeStatus.DOWN, NodeStatus.FAIL}
+    {
+        NodeStatus.DRAINING,
+        NodeStatus.DRAINED,
+        NodeStatus.DOWN,
+        NodeStatus.FAIL,
+        NodeStatus.IN_REPAIR,
+    }
 )
 
 
@@ -67,7 +79,14 @@ class WrongStatus(Exception):
 
 
 def request_action(
-    node: Node, action: str, *, user, reason: str, grace_s: int | None = None
+    node: Node,
+    action: str,
+    *,
+    user,
+    reason: str,
+    grace_s: int | None = None,
+    confirm: bool = False,
+    pool: str = "",
 ) -> Remediation:
     """An admin's run of `action` on `node`; raises services.NodeBusy if one is active."""
     _require_admin(user)
@@ -77,7 +96,14 @@ def request_action(
     problem = refusal(node, action)
     if problem:
         raise ActionError(problem, field="action")
+    failed = failed_gpus(node) if action in BACK_TO_SERVICE else []
+    if failed and not confirm:
+        raise ActionError(
+            _failed_gpu_warning(node, failed) + " Confirm to go ahead.", field="confirm"
+        )
     context = {} if grace_s is None else {"grace_s": _check_grace(grace_s)}
+    if action == Action.RETURN_TO_SERVICE:
+        context["pool"] = return_pool(node, pool or "spare")
     return services.create_run(
         node,
         action,
@@ -90,9 +116,68 @@ def request_action(
     )
 
 
+def failed_gpus(node: Node) -> list[int]:
+    return list(
+        Gpu.objects.filter(node=node, health=GpuHealth.FAILED)
+        .order_by("index")
+        .values_list("index", flat=True)
+    )
+
+
+def _failed_gpu_warning(node: Node, failed: list[int]) -> str:
+    listed = ", ".join(str(index) for index in failed)
+    return f"{node.name} has failed GPU{'s' if len(failed) > 1 else ''} {listed}."
+
+
+def return_pool(node: Node, choice: str) -> str:
+    """The pool a repaired node goes back to: spare, or the one its replacement left."""
+    if choice not in RETURN_POOLS:
+        raise ActionError(f"Choose one of {', '.join(RETURN_POOLS)}.", field="pool")
+    if choice == "spare":
+        return PoolKind.SPARE
+    replaced = (
+        Remediation.objects.filter(node=node, action=Action.REPLACE)
+        .exclude(context__partitions_before=None)
+        .order_by("-created_at")
+        .first()
+    )
+    partitions = (replaced.context.get("partitions_before") or []) if replaced else []
+    kinds = [POOL_FOR_PARTITION[p] for p in partitions if p in POOL_FOR_PARTITION]
+    if not kinds:
+        raise ActionError(f"Medbay does not know which pool {node.name} left.", field="pool")
+    return kinds[0]
+
+
+def mark_in_repair(node: Node, *, user, note: str) -> Node:
+    """Hand a failed node to the hardware people, with their ticket or a note."""
+    _require_admin(user)
+    note = _clean_text(note, field="note", limit=255)
+    if node.status not in OUT_OF_SERVICE - {NodeStatus.IN_REPAIR}:
+        raise ActionError(f"{node.name} is {node.status}; only nodes out of service go to repair.")
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = Node.objects.filter(pk=node.pk, in_repair_since__isnull=True, status=node.status)
+        if not claimed.update(in_repair_since=now, repair_note=note, status=NodeStatus.IN_REPAIR):
+            raise WrongStatus(f"{node.name} changed meanwhile or is already in repair.")
+        NodeStateChange.objects.create(
+            node=node,
+            from_status=node.status,
+            to_status=NodeStatus.IN_REPAIR,
+            reason=f"in repair: {note}",
+            actor=user.get_username(),
+            at=now,
+        )
+        node_id = node.pk
+        transaction.on_commit(lambda: live.publish_nodes([node_id]))
+    node.refresh_from_db()
+    return node
+
+
 def refusal(node: Node, action: str) -> str:
     """Why `action` makes no sense for `node` as it is now; empty when it does."""
     pool = node.pool.kind if node.pool_id else None
+    if action == Action.RETURN_TO_SERVICE and node.status not in OUT_OF_SERVICE:
+        return f"{node.name} is {node.status}; only nodes out of service return to service."
     if action == Action.CORDON and node.cordoned:
         return f"{node.name} is already cordoned."
     if action == Action.UNCORDON and not (node.cordoned or node.status in OUT_OF_SERVICE):
@@ -279,6 +364,9 @@ class Impact:
     grace_s: int
     spares: list[str] = field(default_factory=list)
     refusal: str = ""
+    # Put back into service with these GPUs marked failed: warned, needs a confirmation.
+    failed_gpus: list[int] = field(default_factory=list)
+    held_by: str = ""
 
     @property
     def users(self) -> list[str]:
@@ -311,6 +399,8 @@ def impact_preview(node: Node, action: str, *, steps: list[str] | None = None) -
         grace_s=_grace_for(node, {job.partition for job in jobs}),
         spares=spares,
         refusal=refusal(node, action),
+        failed_gpus=failed_gpus(node) if action in BACK_TO_SERVICE else [],
+        held_by=" and ".join(filter(None, (node.held_by, node.fleet_held_by))),
     )
 
 

@@ -85,6 +85,9 @@ class RunRequestSerializer(serializers.Serializer):
     grace_s = serializers.IntegerField(
         min_value=0, max_value=actions.MAX_GRACE_S, required=False, allow_null=True
     )
+    # Uncordon / return to service of a node with failed GPUs must say it means it.
+    confirm = serializers.BooleanField(required=False, default=False)
+    pool = serializers.ChoiceField(choices=actions.RETURN_POOLS, required=False, default="")
 
     def validate_action(self, action: str) -> str:
         if action not in actions.ADMIN_ACTIONS:
@@ -142,6 +145,8 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
             user=request.user,
             reason=data["reason"],
             grace_s=data.get("grace_s"),
+            confirm=data["confirm"],
+            pool=data["pool"],
         )
         return Response(RemediationDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 

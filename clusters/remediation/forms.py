@@ -10,6 +10,7 @@ from django.utils import timezone
 from clusters.remediation.actions import MAX_GRACE_S, MAX_REASON
 from clusters.remediation.models import Policy
 from clusters.remediation.transitions import ACTIVE, RunStatus
+from portal.inputs import BoundedDateField
 
 MAX_XID = 999  # NVIDIA's codes are three digits at most
 MAX_REPLAY_DAYS = 90
@@ -23,6 +24,14 @@ class ActionRequestForm(forms.Form):
         max_value=MAX_GRACE_S,
         required=False,
         help_text="Leave empty for the partition's grace.",
+    )
+    confirm = forms.BooleanField(
+        required=False, label="Yes, put it back into service with those GPUs"
+    )
+    pool = forms.ChoiceField(
+        choices=[("spare", "the spare pool"), ("original", "the pool it left")],
+        required=False,
+        label="Back to",
     )
 
 
@@ -94,8 +103,8 @@ class PolicyForm(forms.ModelForm):
 
 
 class ReplayForm(forms.Form):
-    start = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}))
-    end = forms.DateField(widget=forms.DateInput(attrs={"type": "date"}))
+    start = BoundedDateField(widget=forms.DateInput(attrs={"type": "date"}))
+    end = BoundedDateField(widget=forms.DateInput(attrs={"type": "date"}))
 
     def clean(self):
         cleaned = super().clean()

@@ -30,6 +30,8 @@ PLANS: dict[str, tuple[str, ...]] = {
     ),
     Action.TO_INFERENCE: ("drain", "wait_drained", "move_pool", "resume"),
     Action.TO_TRAINING: ("drain", "wait_drained", "move_pool", "resume"),
+    # A repaired node: the replacement path's checks, then back to a pool, then service.
+    Action.RETURN_TO_SERVICE: ("validate", "return_pool", "resume"),
 }  # fmt: skip
 
 

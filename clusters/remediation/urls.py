@@ -12,4 +12,5 @@ urlpatterns = [
     path("remediation/<int:pk>/", views.run_detail, name="remediation-detail"),
     path("remediation/<int:pk>/<str:verdict>/", views.decide, name="remediation-decide"),
     path("nodes/<str:name>/actions/<str:action>/", views.node_action, name="node-action"),
+    path("nodes/<str:name>/repair/", views.node_repair, name="node-repair"),
 ]

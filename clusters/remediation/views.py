@@ -206,6 +206,23 @@ def node_action(request, name: str, action: str):
     return redirect("remediation-detail", pk=run.pk)
 
 
+@require_POST
+@role_required(Role.ADMIN)
+def node_repair(request, name: str):
+    """Mark a failed node as in repair, with a ticket or note; back to the node page."""
+    node = get_object_or_404(Node, name=name)
+    try:
+        actions.mark_in_repair(node, user=request.user, note=request.POST.get("note", ""))
+    except actions.ActionError as error:
+        messages.error(request, error.message)
+        return redirect("node-detail", name=node.name)
+    except actions.WrongStatus as error:
+        messages.error(request, str(error))
+        return redirect("node-detail", name=node.name)
+    messages.success(request, f"{node.name} is in repair.")
+    return redirect("node-detail", name=node.name)
+
+
 def _render_action(request, context: dict, *, status: int = 200):
     context["impact"] = actions.impact_preview(context["node"], context["action"])
     return render(request, "remediation/node_action.html", context, status=status)

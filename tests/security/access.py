@@ -80,6 +80,7 @@ ACCESS: dict[str, Access] = {
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),
     "remediation-replay": page(get=ADMINS, post=ADMINS),
     "node-action": page(get=ADMINS, post=ADMINS),
+    "node-repair": page(post=ADMINS),
     # Reports.
     "reports": page(get=MANAGERS),
     "report": page(get=MANAGERS),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusters import holders
-from clusters.models import Node, NodePool
+from clusters.models import Gpu, GpuHealth, Node, NodePool
 from clusters.remediation import ownership
 from clusters.remediation.models import Action
 from clusters.remediation.steps import (
@@ -131,6 +131,24 @@ def move_pool(run, ctx):
     )
     record_membership(run.node.cluster_id, ctx.backend, [run.node.name])
     return succeeded(f"moved {run.node.name} to the {pool} pool")
+
+
+@step("return_pool", "put {node} back in its pool (spare or the one it left)")
+def return_pool(run, ctx):
+    pool = ctx.context.get("pool") or "spare"
+    ctx.fleet.move_to_pool(run.node.name, pool)
+    NodePool.objects.get_or_create(
+        cluster_id=run.node.cluster_id, name=pool, defaults={"kind": pool}
+    )
+    record_membership(run.node.cluster_id, ctx.backend, [run.node.name])
+    # It passed the replacement path's checks: the repair is done, its GPUs are sound.
+    Gpu.objects.filter(node_id=run.node_id).exclude(health=GpuHealth.HEALTHY).update(
+        health=GpuHealth.HEALTHY,
+        health_reason=f"repaired; validated by run {run.pk}",
+        health_changed_at=ctx.now,
+    )
+    Node.objects.filter(pk=run.node_id).update(in_repair_since=None, repair_note="", cordoned=False)
+    return succeeded(f"{run.node.name} is back in the {pool} pool")
 
 
 @step("wait_drained", "wait until {node} runs no jobs", polls=True)

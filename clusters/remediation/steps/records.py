@@ -22,4 +22,6 @@ def record_membership(cluster_id: int, backend: ClusterBackend, names: list[str]
         Node.objects.filter(cluster_id=cluster_id, name=info.name).update(
             partition_names=",".join(info.partitions),
             pool=pools.get(kinds[0]) if kinds else None,
+            # Medbay's own move: the only membership drift re-apply may restore.
+            medbay_partitions=list(info.partitions),
         )
