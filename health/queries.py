@@ -8,15 +8,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from health.models import HealthEvent
+from portal.inputs import bounded_int, in_range
 
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 
 
 def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except ValueError:
-        return None
+    return bounded_int(value)
 
 
 def filter_events(events, params):
@@ -49,7 +47,8 @@ def _moment(value):
         return None
     if moment is not None and moment.tzinfo is None:
         moment = timezone.make_aware(moment)
-    return moment
+    # `9999-12-31T23:59:59-23:59` parses, then overflows when made UTC: ignored too.
+    return moment if in_range(moment) else None
 
 
 def recent_events_for_node(node, limit: int = 50):

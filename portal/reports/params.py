@@ -8,6 +8,7 @@ from datetime import date, datetime, time, timedelta
 from django import forms
 from django.utils import timezone
 
+from portal.inputs import BoundedDateField
 from portal.reports.intervals import Span
 
 MAX_DAYS = 366
@@ -56,8 +57,8 @@ class ReportQuery:
 
 
 class ReportForm(forms.Form):
-    start = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
-    end = forms.DateField(required=False, input_formats=["%Y-%m-%d"])
+    start = BoundedDateField(required=False, input_formats=["%Y-%m-%d"])
+    end = BoundedDateField(required=False, input_formats=["%Y-%m-%d"])
     group_by = forms.ChoiceField(required=False, choices=GROUP_BY_CHOICES)
     bucket = forms.ChoiceField(required=False, choices=[("day", "day"), ("week", "week")])
 
