@@ -7,7 +7,7 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from clusters.backends import slurm_cli
-        from portal import metrics
+        from portal import metrics, signals  # noqa: F401 (connects the receivers)
 
         # Every process that runs Slurm commands (web, slurm_sync, run_engine)
         # counts them where /metrics can read them.

@@ -71,8 +71,30 @@ def _job_page_groups(user, slurm_id: int) -> list[str]:
     return [live.job_page_group(job.cluster_id, slurm_id)]
 
 
+CLOSE_LOGGED_OUT = 4401
+
+
 class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
+    accepted = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        """A live channel that fails (Redis down, say) closes the socket with "try
+        again later", which the browser retries; never an HTTP 500 on the handshake."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            logger.warning("Live socket closed: the live channel failed", exc_info=True)
+            try:
+                if not self.accepted:
+                    await send({"type": "websocket.accept"})
+                await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN})
+            except Exception:  # the browser is gone already
+                logger.debug("Could not close the live socket", exc_info=True)
+
+    async def accept(self, subprotocol=None, headers=None) -> None:
+        await super().accept(subprotocol, headers)
+        self.accepted = True
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -84,12 +106,19 @@ class LiveConsumer(AsyncWebsocketConsumer):
             groups = await database_sync_to_async(groups_for)(user, topics)
         except DatabaseError:
             logger.warning("Live socket refused: database unavailable", exc_info=True)
+            # Accepted first: a close code reaches the browser only on an open socket.
+            await self.accept()
             await self.close(code=CLOSE_TRY_AGAIN)
             return
         if not groups:
             await self.close(code=CLOSE_FORBIDDEN)
             return
         live.register_consumer_loop(asyncio.get_running_loop())
+        session = self.scope.get("session")
+        # Logging out or losing a role closes the socket (portal.signals).
+        groups += (live.user_group(user.pk),)
+        if session is not None and session.session_key:
+            groups += (live.session_group(session.session_key),)
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = groups
@@ -105,3 +134,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_html(self, event: dict) -> None:
         await self.send(text_data=event["html"])
+
+    async def live_close(self, event: dict) -> None:
+        await self.close(code=int(event.get("code", CLOSE_LOGGED_OUT)))

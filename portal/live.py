@@ -103,6 +103,28 @@ def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
         poke_job_pages(cluster_id, [slurm_id])
 
 
+def session_group(session_key: str) -> str:
+    """The sockets one login session opened; closed when that session logs out."""
+    return "session." + re.sub(r"[^A-Za-z0-9]", "_", session_key or "")[:80]
+
+
+def user_group(user_pk: int) -> str:
+    """The sockets of one account; closed when its roles change."""
+    return f"user.{int(user_pk)}"
+
+
+def close_sockets(group: str, code: int) -> None:
+    """Close every socket in GROUP with CODE (4401 logged out, 4403 access changed).
+
+    The browser does not reconnect on these codes (static/js/live.js says why
+    live updates stopped): the page must be reloaded, which asks again who it is.
+    """
+    try:
+        _group_send(group, {"type": "live.close", "code": code})
+    except Exception:  # the page closes anyway when it next talks to the server
+        logger.warning("Could not close the sockets of %s", group, exc_info=True)
+
+
 def poke(group: str, regions: Iterable[str]) -> None:
     """Tell the pages in GROUP that these regions changed (static/js/live.js).
 

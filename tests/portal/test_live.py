@@ -82,3 +82,60 @@ async def test_a_researchers_socket_carries_no_job_data_only_a_poke(
         assert "bob" not in message
     await mine.disconnect()
     await everything.disconnect()
+
+
+async def test_logging_out_closes_that_sessions_open_sockets(researcher):
+    from django.contrib.auth.signals import user_logged_out
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.test import RequestFactory
+
+    session = SessionStore()
+    await sync_to_async(session.create)()
+    comm = communicator(researcher, "events")
+    comm.scope["session"] = session
+    assert (await comm.connect())[0]
+    request = RequestFactory().post("/logout/")
+    request.session = session
+
+    await sync_to_async(user_logged_out.send)(
+        sender=type(researcher), request=request, user=researcher
+    )
+
+    assert (await comm.receive_output(timeout=2)) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_change_of_roles_closes_the_users_sockets(researcher):
+    comm = communicator(researcher, "events")
+    assert (await comm.connect())[0]
+
+    def drop_roles():
+        researcher.groups.clear()
+
+    await database_sync_to_async(drop_roles)()
+
+    assert (await comm.receive_output(timeout=2)) == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_live_channel_that_fails_closes_with_try_again_later_not_a_500(
+    researcher, settings
+):
+    from channels.layers import channel_layers
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Nothing listens on port 9: the layer fails as with Redis stopped.
+            "CONFIG": {"hosts": [("127.0.0.1", 9)]},
+        }
+    }
+    channel_layers.backends.clear()
+    try:
+        comm = communicator(researcher, "events")
+        connected, code = await comm.connect(timeout=5)
+        if connected:
+            closed = await comm.receive_output(timeout=5)
+            assert closed == {"type": "websocket.close", "code": 1013}
+        else:
+            assert code == 1013
+    finally:
+        channel_layers.backends.clear()
