@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
@@ -10,6 +9,7 @@ from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from clusters.remediation.actions import action_menu
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
+from portal.healthz import healthz as portal_healthz
 from portal.roles import ANY_ROLE, is_admin, role_required
 
 
@@ -50,4 +50,4 @@ def node_detail(request, name: str):
 
 
 def healthz(request):
-    return HttpResponse("ok", content_type="text/plain")
+    return portal_healthz(request)

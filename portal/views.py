@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
 
 def _error(request, status: int, message: str):
@@ -25,4 +26,9 @@ def page_not_found(request, exception=None):
 
 
 def server_error(request):
-    return _error(request, 500, "Something went wrong on our side; it has been logged.")
+    """Touches neither the database nor the session: it may be why we are here."""
+    message = "Something went wrong on our side; it has been logged."
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": message, "errors": {}}, status=500)
+    page = render_to_string("error_bare.html", {"status": 500, "message": message})
+    return HttpResponse(page, status=500)
