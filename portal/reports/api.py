@@ -53,11 +53,23 @@ def report_json(report: Report) -> dict:
     }
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value):
+    """A cell a spreadsheet shows as text: `=HYPERLINK(...)` in an account name is not run."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def table_csv(table: Table) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(table.keys)
-    writer.writerows(["" if value is None else value for value in row] for row in table.as_lists())
+    writer.writerow([csv_cell(key) for key in table.keys])
+    writer.writerows([csv_cell(value) for value in row] for row in table.as_lists())
     return out.getvalue()
 
 

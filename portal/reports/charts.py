@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from collections import defaultdict
 
@@ -18,9 +19,27 @@ LAYOUT = {
 }
 
 
+def plain(value):
+    """Plotly renders <a href>, <b> and entities in names and labels: escape them.
+
+    Labels come from Slurm (accounts, users, node names), so a Slurm account
+    holding `<a href=...>` became a live link inside the chart.
+    """
+    return html.escape(value, quote=False) if isinstance(value, str) else value
+
+
+def _plain_trace(trace):
+    trace.name = plain(trace.name)
+    for axis in ("x", "y", "text"):
+        values = getattr(trace, axis, None)
+        if values is not None and not isinstance(values, str):
+            setattr(trace, axis, [plain(v) for v in values])
+    return trace
+
+
 def _figure(title: str, traces, **layout) -> go.Figure:
-    figure = go.Figure(data=list(traces))
-    figure.update_layout(title=title, **LAYOUT, **layout)
+    figure = go.Figure(data=[_plain_trace(trace) for trace in traces])
+    figure.update_layout(title=plain(title), **LAYOUT, **layout)
     return figure
 
 
