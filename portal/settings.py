@@ -49,6 +49,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI's files from our own static files, not a CDN (pinned by the package).
+    "drf_spectacular_sidecar",
     "channels",
     "axes",
     "portal",
@@ -174,6 +176,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Self-healing portal for GPU training clusters on Slurm.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     # Several models have a `status` or `action`; name the remediation enums.
     "ENUM_NAME_OVERRIDES": {
         "RemediationStatusEnum": "clusters.remediation.transitions.RunStatus",
