@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
-from django.db.models import Count
 from django.urls import reverse
 
 from clusters.models import Gpu, GpuHealth, Node, NodeStatus
@@ -31,7 +30,7 @@ OUT_OF_SERVICE = frozenset(
 )
 NODE_COLUMNS = (
     "id", "name", "status", "reason", "held_by", "fleet_held_by", "partition_names",
-    "pool__kind", "gpus_used",
+    "pool__kind", "gpus_used", "active_remediation",
 )  # fmt: skip
 
 
@@ -65,14 +64,19 @@ class GpuCounts:
     degraded: int = 0
     failed: int = 0
     in_remediation: int = 0
+    out_of_service: int = 0
 
-    def add(self, health: str, node_status: str, number: int = 1) -> None:
-        """A failed GPU counts as failed wherever it is; others on an out-of-service
-        node count as in remediation."""
+    def add(self, health: str, node_status: str, remediation: str = "", number: int = 1) -> None:
+        """A failed GPU counts as failed wherever it is. The others on a node that a
+        run is acting on count as in remediation; on a node out of service with no
+        run (drained by an admin, or failed and waiting for repair after its
+        replacement), as out of service."""
         if health == GpuHealth.FAILED:
             self.failed += number
-        elif node_status in OUT_OF_SERVICE:
+        elif remediation:
             self.in_remediation += number
+        elif node_status in OUT_OF_SERVICE:
+            self.out_of_service += number
         elif health == GpuHealth.DEGRADED:
             self.degraded += number
         else:
@@ -80,7 +84,9 @@ class GpuCounts:
 
     @property
     def total(self) -> int:
-        return self.healthy + self.degraded + self.failed + self.in_remediation
+        return (
+            self.healthy + self.degraded + self.failed + self.in_remediation + self.out_of_service
+        )
 
 
 def board_rows(node_filter: BoardFilter, node_ids=None) -> tuple[list[dict], dict[int, list]]:
@@ -104,16 +110,7 @@ def count_gpus(rows: list[dict], gpus: dict[int, list]) -> GpuCounts:
     counts = GpuCounts()
     for row in rows:
         for _index, health, _reason in gpus.get(row["id"], ()):
-            counts.add(health, row["status"])
-    return counts
-
-
-def cluster_gpu_counts() -> GpuCounts:
-    """Counts for the whole cluster, for live updates (one grouped query)."""
-    counts = GpuCounts()
-    grouped = Gpu.objects.values_list("health", "node__status").annotate(n=Count("id")).order_by()
-    for health, status, number in grouped:
-        counts.add(health, status, number)
+            counts.add(health, row["status"], row["active_remediation"])
     return counts
 
 

@@ -29,6 +29,8 @@ def board(request):
     }
     if request.htmx and request.htmx.target == "board-body":
         return render(request, "clusters/partials/board_body.html", context)
+    if request.htmx and request.htmx.target == "board-counts":
+        return render(request, "clusters/partials/counts.html", context)
     return render(request, "clusters/board.html", context)
 
 

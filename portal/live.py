@@ -74,17 +74,16 @@ def _group_send(group: str, message: dict) -> None:
 
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
-    from clusters.board import BoardFilter, board_rows, cluster_gpu_counts, render_tiles
+    """Changed nodes: their board tiles (swapped in by id), the boards' counts (each
+    board counts what its own filters show, so it fetches them), their node pages."""
+    from clusters.board import BoardFilter, board_rows, render_tiles
 
     node_ids = list(node_ids)
     if not node_ids:
         return
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
-    tiles = render_tiles(rows, gpus, oob=True)
-    counts = render_to_string(
-        "clusters/partials/counts.html", {"counts": cluster_gpu_counts(), "oob": True}
-    )
-    send_html(BOARD_GROUP, counts + tiles)
+    send_html(BOARD_GROUP, render_tiles(rows, gpus, oob=True))
+    poke(BOARD_GROUP, ["board-counts"])
     poke_node_pages(row["name"] for row in rows)
 
 

@@ -87,3 +87,34 @@ def test_the_board_does_a_constant_number_of_queries(client, researcher):
     login(client, researcher)
     small = board_queries(client, 3)
     assert board_queries(client, 40) == small
+
+
+def counts_region(client, **filters) -> str:
+    """What an open board fetches when its counts are poked, with its own filters."""
+    return client.get(
+        reverse("board"), filters, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="board-counts"
+    ).content.decode()
+
+
+def test_a_node_out_of_service_with_no_run_is_not_counted_as_in_remediation(
+    client, researcher, sim, synced
+):
+    from clusters.models import Node
+
+    sim.drain_node("gpu-01", "maint PSU swap")
+    synced()
+    Node.objects.filter(name="gpu-02").update(active_remediation="replace")
+    login(client, researcher)
+
+    counts = counts_region(client)
+
+    assert counts.lstrip().startswith('<section id="board-counts"')
+    assert "8</strong> in remediation" in counts  # gpu-02: a run is acting on it
+    assert "8</strong> out of service" in counts  # gpu-01: drained by someone, no run
+
+
+def test_a_filtered_boards_counts_count_what_it_shows(client, researcher, synced):
+    login(client, researcher)
+
+    assert "16</strong> GPUs healthy" in counts_region(client, pool="spare", state="")  # 2 spares
+    assert "56</strong> GPUs healthy" in counts_region(client)
