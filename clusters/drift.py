@@ -9,7 +9,11 @@ shows a warning) and, unless MEDBAY_REAPPLY_POOLS is off, asks the spare-pool
 driver to re-apply its view.
 
 A membership that differs from both Medbay's record and slurm.conf is someone's
-deliberate runtime change; Medbay follows it and flags nothing.
+deliberate runtime change; Medbay follows it and flags nothing. When the backend
+can say when slurmctld started, a change seen without a restart is never read as
+Slurm's revert, even when it equals slurm.conf: an admin who puts a replaced node
+back by hand is shown (`Cluster.partition_edits`) and adopted after an admin
+confirms, never fought. Re-apply restores only Medbay's own moves.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable, Iterable
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from clusters.backends.base import BackendError, ClusterBackend, NodeInfo, PartitionInfo
 from clusters.models import Cluster, Node, Partition
@@ -89,12 +94,97 @@ def detect(
     backend: ClusterBackend,
     partitions: list[PartitionInfo],
     nodes: list[NodeInfo],
+    *,
+    restarted: bool | None = None,
 ) -> dict:
     configured = configured_membership(backend)
     if configured is None or not Node.objects.filter(cluster=cluster).exists():
         return {}  # nothing to compare with, or the first sync: no record to drift from yet
     recorded = recorded_membership(cluster, (node.name for node in nodes))
-    return compare(recorded, slurm_membership(partitions), configured)
+    found = compare(recorded, slurm_membership(partitions), configured)
+    if restarted is False:
+        # slurmctld did not restart: a partition back at slurm.conf is a person's
+        # edit, not Slurm forgetting; only a drift already flagged carries on.
+        flagged = cluster.partition_drift or {}
+        found = {name: diff for name, diff in found.items() if name in flagged}
+    return found
+
+
+def controller_started_at(backend: ClusterBackend):
+    """When slurmctld started (`scontrol show config` BOOT_TIME), None if unknown."""
+    read = getattr(backend, "controller_started_at", None)
+    if read is None:
+        return None
+    try:
+        return read()
+    except BackendError as error:
+        logger.debug("slurmctld boot time not readable: %s", error)
+        return None
+
+
+def restarted_since(cluster: Cluster, started) -> bool | None:
+    """Whether slurmctld restarted since the last sync; None when it cannot be told."""
+    if started is None or cluster.controller_started_at is None:
+        return None
+    return started != cluster.controller_started_at
+
+
+def person_edits(cluster: Cluster, nodes: list[NodeInfo], restarted: bool | None) -> dict:
+    """Nodes Medbay moved whose membership someone else changed without a restart:
+    shown on the board and adopted only when an admin confirms, never fought."""
+    pending = dict(cluster.partition_edits or {})
+    current = {info.name: sorted(info.partitions) for info in nodes}
+    rows = Node.objects.filter(cluster=cluster, medbay_partitions__isnull=False).values_list(
+        "name", "medbay_partitions"
+    )
+    for name, medbay in rows:
+        medbay = sorted(medbay or [])
+        have = current.get(name)
+        if have is None or have == medbay:
+            pending.pop(name, None)
+        elif restarted is False and name not in pending:
+            seen = timezone.now().isoformat()
+            pending[name] = {"medbay": medbay, "slurm": have, "seen_at": seen}
+        elif name in pending:
+            pending[name] = {**pending[name], "slurm": have}
+    return pending
+
+
+def save_edits(cluster: Cluster, edits: dict, started) -> None:
+    values = {}
+    if (cluster.partition_edits or {}) != edits:
+        values["partition_edits"] = edits
+        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+    if started is not None and started != cluster.controller_started_at:
+        values["controller_started_at"] = started
+    if values:
+        Cluster.objects.filter(pk=cluster.pk).update(**values)
+        for name, value in values.items():
+            setattr(cluster, name, value)
+
+
+def adopt(cluster: Cluster, names: list[str], *, actor: str) -> list[str]:
+    """An admin accepts Slurm's membership for these nodes: Medbay stops claiming them."""
+    from clusters.models import NodeStateChange
+
+    edits = dict(cluster.partition_edits or {})
+    adopted = [name for name in names if name in edits]
+    with transaction.atomic():
+        for node in Node.objects.filter(cluster=cluster, name__in=adopted):
+            edit = edits.pop(node.name)
+            Node.objects.filter(pk=node.pk).update(medbay_partitions=None)
+            NodeStateChange.objects.create(
+                node=node,
+                from_status=node.status,
+                to_status=node.status,
+                reason=f"partition edit adopted: {','.join(edit['slurm']) or 'no partition'} "
+                f"(Medbay had put it in {','.join(edit['medbay']) or 'no partition'})",
+                actor=actor[:128],
+            )
+        Cluster.objects.filter(pk=cluster.pk).update(partition_edits=edits)
+        cluster.partition_edits = edits
+        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+    return adopted
 
 
 def reapply_hook() -> Callable[[Cluster, ClusterBackend], object] | None:

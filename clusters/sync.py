@@ -119,11 +119,17 @@ def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm"
 def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncResult:
     try:
         snapshot = read_snapshot(backend)
-        found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
+        started = drift.controller_started_at(backend)
+        restarted = drift.restarted_since(cluster, started)
+        found = drift.detect(
+            cluster, backend, snapshot.partitions, snapshot.nodes, restarted=restarted
+        )
+        edits = drift.person_edits(cluster, snapshot.nodes, restarted)
         reapplied = drift.reapply(cluster, backend, found)
         if reapplied:
             snapshot = read_snapshot(backend)
             found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
+            edits = drift.person_edits(cluster, snapshot.nodes, None)
     except BackendError as error:
         if error.permanent:
             raise
@@ -131,6 +137,7 @@ def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncRes
         return SyncResult(controller_up=False, error=str(error))
     result = apply_snapshot(cluster, *snapshot, actor=actor)
     drift.save(cluster, found)
+    drift.save_edits(cluster, edits, started)
     result.partition_drift, result.reapplied = found, reapplied
     return result
 

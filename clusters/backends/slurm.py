@@ -48,6 +48,7 @@ from clusters.backends.slurm_parsers import (
     parse_scontrol_records,
     parse_slurm_conf_partitions,
     parse_slurm_version,
+    text_time,
 )
 
 # `scontrol show ... --json` arrived in 23.02; 21.08 to 22.05 only have sinfo/squeue --json.
@@ -196,6 +197,15 @@ class SlurmBackend:
     def private_data(self) -> frozenset[str]:
         """What the controller's PrivateData hides from ordinary users (`jobs`, `usage`, ...)."""
         return parse_private_data(self.run(["scontrol", "show", "config"]))
+
+    def controller_started_at(self) -> datetime | None:
+        """slurmctld's BOOT_TIME: a partition change seen without a restart since the
+        last look is a person's edit, not Slurm falling back to slurm.conf."""
+        for line in self.run(["scontrol", "show", "config"]).splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "BOOT_TIME":
+                return text_time(value.strip(), self.local_tz)
+        return None
 
     def job_output_paths(self, job_id: int) -> JobOutputPaths:
         """StdOut/StdErr from `scontrol show job` (text on every version), expanded:

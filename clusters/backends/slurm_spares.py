@@ -6,9 +6,9 @@ the partitions train, infer and spare. This works on any ClusterBackend, so the
 simulator and the real Slurm CLI behave the same.
 
 Slurm forgets partition changes made with `scontrol update` when slurmctld
-restarts or reconfigures, while Medbay keeps its own record of the membership
-(`Node.partition_names`); `reapply_pools` writes that record back into Slurm,
-and the sync calls it when it sees the drift.
+restarts or reconfigures, while Medbay keeps its own record of the moves it made
+(`Node.medbay_partitions`); `reapply_pools` writes those moves, and only those,
+back into Slurm, and the sync calls it when it sees the drift.
 """
 
 from __future__ import annotations
@@ -114,33 +114,30 @@ class SlurmSparesFleet:
         self.backend.set_partition_nodes(partition, list(dict.fromkeys(nodes)))
 
 
-def desired_membership(cluster) -> dict[str, list[str]]:
-    """Medbay's record of each partition's nodes (what the last accepted sync saw,
-    plus the engine's own moves)."""
-    from clusters.models import Node, Partition
+def medbay_moves(cluster) -> dict[str, set[str]]:
+    """Node -> the partitions Medbay itself last put it in, for the nodes Medbay moved
+    and whose membership no admin changed since (those wait for adoption instead)."""
+    from clusters.models import Node
 
-    members: dict[str, list[str]] = {
-        name: []
-        for name in Partition.objects.filter(cluster=cluster).values_list("name", flat=True)
-    }
-    rows = (
-        Node.objects.filter(cluster=cluster).order_by("name").values_list("name", "partition_names")
+    pending = set((cluster.partition_edits or {}).keys())
+    rows = Node.objects.filter(cluster=cluster, medbay_partitions__isnull=False).values_list(
+        "name", "medbay_partitions"
     )
-    for name, partition_names in rows:
-        for partition in filter(None, partition_names.split(",")):
-            members.setdefault(partition, []).append(name)
-    return members
+    return {name: set(parts or []) for name, parts in rows if name not in pending}
 
 
 def reapply_pools(cluster, backend: ClusterBackend) -> list[str]:
-    """Put Slurm's partition membership back to Medbay's record; returns the partitions set."""
-    desired = desired_membership(cluster)
-    if not any(desired.values()):
-        return []  # no record yet (before the first sync): nothing to restore
-    current = {info.name: set(info.nodes) for info in backend.partitions()}
+    """Put Medbay's own moves back into Slurm after it forgot them; returns the
+    partitions set. Nodes Medbay never moved keep whatever Slurm says."""
+    moved = medbay_moves(cluster)
+    if not moved:
+        return []
     changed = []
-    for partition, nodes in sorted(desired.items()):
-        if partition in current and set(nodes) != current[partition]:
-            backend.set_partition_nodes(partition, nodes)
-            changed.append(partition)
+    for info in sorted(backend.partitions(), key=lambda p: p.name):
+        current = set(info.nodes)
+        wanted = {name for name in current if name not in moved}
+        wanted |= {name for name, parts in moved.items() if info.name in parts}
+        if wanted != current:
+            backend.set_partition_nodes(info.name, sorted(wanted))
+            changed.append(info.name)
     return changed

@@ -13,4 +13,5 @@ urlpatterns = [
     path("remediation/<int:pk>/<str:verdict>/", views.decide, name="remediation-decide"),
     path("nodes/<str:name>/actions/<str:action>/", views.node_action, name="node-action"),
     path("nodes/<str:name>/repair/", views.node_repair, name="node-repair"),
+    path("partitions/edits/", views.partition_edits, name="partition-edits"),
 ]

@@ -15,7 +15,8 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from clusters.models import Node
+from clusters import drift
+from clusters.models import Cluster, Node
 from clusters.remediation import actions, policies, services
 from clusters.remediation.forms import (
     ActionRequestForm,
@@ -221,6 +222,22 @@ def node_repair(request, name: str):
         return redirect("node-detail", name=node.name)
     messages.success(request, f"{node.name} is in repair.")
     return redirect("node-detail", name=node.name)
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def partition_edits(request):
+    """Partition edits made outside Medbay to nodes it had moved: adopt them here."""
+    cluster = Cluster.objects.order_by("pk").first()
+    if request.method == "POST" and cluster is not None:
+        adopted = drift.adopt(
+            cluster, request.POST.getlist("node"), actor=request.user.get_username()
+        )
+        if adopted:
+            messages.success(request, f"Adopted Slurm's partitions for {', '.join(adopted)}.")
+        return redirect("partition-edits")
+    edits = (cluster.partition_edits or {}) if cluster else {}
+    return render(request, "remediation/partition_edits.html", {"edits": edits})
 
 
 def _render_action(request, context: dict, *, status: int = 200):

@@ -5,6 +5,7 @@ import pytest
 from clusters.backends.base import BackendError
 from clusters.backends.slurm_spares import SlurmSparesFleet, reapply_pools
 from clusters.models import Node
+from clusters.remediation.steps.records import record_membership
 
 
 @pytest.fixture
@@ -58,6 +59,8 @@ def test_cordon_drains_with_the_reason_and_uncordon_resumes(sim, fleet):
 
 def test_reapply_pools_restores_medbays_membership_after_slurm_forgot_it(sim, synced, fleet):
     fleet.replace("gpu-02", "medbay: Action:Replace [run 9]")
+    cluster = Node.objects.first().cluster
+    record_membership(cluster.pk, sim, ["gpu-02", "gpu-06"])  # as the replace step does
     synced()
     assert Node.objects.get(name="gpu-06").partition_names == "train"
     # slurmctld restarted: scontrol partition changes are gone, back to slurm.conf.
@@ -68,3 +71,14 @@ def test_reapply_pools_restores_medbays_membership_after_slurm_forgot_it(sim, sy
     assert members(sim)["train"] == ["gpu-01", "gpu-03", "gpu-04", "gpu-06"]
     assert members(sim)["spare"] == ["gpu-07"]
     assert reapply_pools(Node.objects.first().cluster, sim) == []
+
+
+def test_reapply_pools_leaves_alone_nodes_medbay_never_moved(sim, synced):
+    sim.set_partition_nodes("infer", ["gpu-05", "gpu-04"])  # an admin's move
+    sim.set_partition_nodes("train", ["gpu-01", "gpu-02", "gpu-03"])
+    synced()
+    sim.set_partition_nodes("train", ["gpu-01", "gpu-02", "gpu-03", "gpu-04"])
+    sim.set_partition_nodes("infer", ["gpu-05"])
+
+    assert reapply_pools(Node.objects.first().cluster, sim) == []
+    assert members(sim)["train"] == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]

@@ -81,6 +81,7 @@ ACCESS: dict[str, Access] = {
     "remediation-replay": page(get=ADMINS, post=ADMINS),
     "node-action": page(get=ADMINS, post=ADMINS),
     "node-repair": page(post=ADMINS),
+    "partition-edits": page(get=ADMINS, post=ADMINS),
     # Reports.
     "reports": page(get=MANAGERS),
     "report": page(get=MANAGERS),

@@ -66,6 +66,12 @@ class SimWithSlurmConf:
     def __init__(self, sim) -> None:
         self.sim = sim
         self.conf = {p.name: p.nodes for p in sim.partitions()}
+        self.boots = 0
+
+    def controller_started_at(self):
+        from datetime import UTC, datetime, timedelta
+
+        return datetime(2025, 1, 1, tzinfo=UTC) + timedelta(minutes=self.boots)
 
     def __getattr__(self, name):
         return getattr(self.sim, name)
@@ -74,6 +80,7 @@ class SimWithSlurmConf:
         return dict(self.conf)
 
     def restart_controller(self) -> None:
+        self.boots += 1
         for name, nodes in self.conf.items():
             self.sim.set_partition_nodes(name, nodes)
 
