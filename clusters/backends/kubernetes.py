@@ -29,6 +29,7 @@ from clusters.backends.base import BackendError
 POOL_LABEL = "medbay.io/pool"
 REASON_ANNOTATION = "medbay.io/reason"
 REPLACES_ANNOTATION = "medbay.io/replaces"
+CORDONED_BY_OTHERS_ANNOTATION = "medbay.io/cordoned-by-others"
 REPLACES_UID_ANNOTATION = "medbay.io/replaces-uid"
 FAULT_TAINT = "medbay.io/gpu-fault"
 POOLS = ("training", "inference", "spare")
@@ -91,34 +92,57 @@ class KubernetesFleet:
         def change(current: client.V1Node) -> dict | None:
             taint = {"key": FAULT_TAINT, "value": _taint_value(reason), "effect": "NoSchedule"}
             taints = self._other_taints(current) + [taint]
+            annotations = _annotations(current)
             if (
                 _spec(current).unschedulable
                 and taints == self._taint_dicts(current)
-                and _annotations(current).get(REASON_ANNOTATION) == reason
+                and annotations.get(REASON_ANNOTATION) == reason
             ):
                 return None  # already cordoned for this reason; skip the write
+            metadata = {REASON_ANNOTATION: reason}
+            if _spec(current).unschedulable and REASON_ANNOTATION not in annotations:
+                # Someone else had cordoned it first: Medbay's uncordon must leave that.
+                metadata[CORDONED_BY_OTHERS_ANNOTATION] = "true"
             return {
-                "metadata": {"annotations": {REASON_ANNOTATION: reason}},
+                "metadata": {"annotations": metadata},
                 "spec": {"unschedulable": True, "taints": taints},
             }
 
         self._update_node(node, change)
 
     def uncordon(self, node: str) -> None:
+        """Remove Medbay's own taint and cordon; another controller's stay."""
+
         def change(current: client.V1Node) -> dict | None:
             taints = self._other_taints(current)
-            if (
-                not _spec(current).unschedulable
-                and taints == self._taint_dicts(current)
-                and REASON_ANNOTATION not in _annotations(current)
-            ):
-                return None
+            annotations = _annotations(current)
+            keep_cordon = annotations.get(CORDONED_BY_OTHERS_ANNOTATION) == "true"
+            if REASON_ANNOTATION not in annotations and taints == self._taint_dicts(current):
+                return None  # Medbay holds nothing here: whatever cordon there is, is not ours
             return {
-                "metadata": {"annotations": {REASON_ANNOTATION: None}},
-                "spec": {"unschedulable": False, "taints": taints or None},
+                "metadata": {
+                    "annotations": {REASON_ANNOTATION: None, CORDONED_BY_OTHERS_ANNOTATION: None}
+                },
+                "spec": {"unschedulable": keep_cordon, "taints": taints or None},
             }
 
         self._update_node(node, change)
+
+    def holders(self, node: str) -> list[str]:
+        """Other controllers' holds on the node: their taints, and a cordon not Medbay's."""
+        with self._translated(f"node {node}", node=node):
+            current = self._read_node(node)
+        annotations = _annotations(current)
+        held = [
+            f"taint {t['key']}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+            for t in self._other_taints(current)
+        ]
+        others_cordon = REASON_ANNOTATION not in annotations or (
+            annotations.get(CORDONED_BY_OTHERS_ANNOTATION) == "true"
+        )
+        if _spec(current).unschedulable and others_cordon:
+            held.insert(0, "cordoned by another controller")
+        return held
 
     def evict(self, node: str, *, timeout_s: float = 300) -> None:
         deadline = self._clock() + timeout_s

@@ -445,3 +445,38 @@ current-context: fake
     )
 
     assert KubernetesFleet(kubeconfig=str(kubeconfig)).spare_capacity() == ["spare-a"]
+
+
+# -- ownership: Medbay's uncordon removes only its own -------------------------------------------
+
+
+def test_uncordon_keeps_a_cordon_another_controller_set_before_medbay(server, fleet):
+    server.add_node("gpu-01", unschedulable=True, taints=[OTHER_TAINT])
+    fleet.cordon("gpu-01", "xid-79")
+
+    fleet.uncordon("gpu-01")
+
+    node = server.node("gpu-01")
+    assert node["spec"]["unschedulable"] is True
+    assert node["spec"]["taints"] == [OTHER_TAINT]
+    assert "medbay.io/cordoned-by-others" not in node["metadata"].get("annotations", {})
+
+
+def test_uncordon_never_touches_a_node_only_someone_else_cordoned(server, fleet):
+    server.add_node("gpu-01", unschedulable=True)
+
+    fleet.uncordon("gpu-01")
+
+    assert server.node("gpu-01")["spec"]["unschedulable"] is True
+    assert server.requests_matching("PATCH") == []
+
+
+def test_holders_name_other_controllers_cordons_and_taints(server, fleet):
+    server.add_node("gpu-01", unschedulable=True, taints=[OTHER_TAINT])
+    assert fleet.holders("gpu-01") == [
+        "cordoned by another controller",
+        "taint nvidia.com/gpu=present:NoSchedule",
+    ]
+    server.add_node("gpu-02")
+    fleet.cordon("gpu-02", "xid-79")
+    assert fleet.holders("gpu-02") == []
