@@ -145,8 +145,7 @@ def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str 
     title = _escape(row["reason"]) if row["reason"] else status
     held = "; ".join(filter(None, (row.get("held_by"), row.get("fleet_held_by"))))
     held_attr = f' data-held-by="{_escape(held)}"' if held else ""
-    if held:
-        title = f"{title} — held by {_escape(held)}"
+    held_mark = _HELD_MARK.format(held=_escape(held)) if held else ""
     gpu_cells = "".join([_gpu_cell(index, health, reason or "") for index, health, reason in cells])
     oob_attr = ' hx-swap-oob="true"' if oob else ""
     pool = _escape(row.get("pool__kind") or "")
@@ -155,13 +154,13 @@ def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str 
         f' data-status="{status}" title="{title}"{held_attr}{oob_attr}>'
         f'<span class="tile-name">{name}</span>'
         f'<span class="badge badge-{status}">{status}</span>'
-        f"{_HELD_MARK if held else ''}"
+        f"{held_mark}"
         f'<span class="gpus">{gpu_cells}</span></a>'
     )
 
 
 # A small marker on tiles someone other than Medbay holds out of service.
-_HELD_MARK = '<span class="held" aria-label="held by someone else">&#9873;</span>'
+_HELD_MARK = '<span class="held" title="held by {held}">&#9873;</span>'
 
 
 def render_tiles(rows: list[dict], gpus: dict[int, list], *, oob: bool = False) -> str:

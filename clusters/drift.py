@@ -10,10 +10,11 @@ driver to re-apply its view.
 
 A membership that differs from both Medbay's record and slurm.conf is someone's
 deliberate runtime change; Medbay follows it and flags nothing. When the backend
-can say when slurmctld started, a change seen without a restart is never read as
-Slurm's revert, even when it equals slurm.conf: an admin who puts a replaced node
-back by hand is shown (`Cluster.partition_edits`) and adopted after an admin
-confirms, never fought. Re-apply restores only Medbay's own moves.
+can say when slurmctld started and how often it reconfigured, a change seen
+without a restart or reconfigure is never read as Slurm's revert, even when it
+equals slurm.conf: an admin who puts a replaced node back by hand is shown
+(`Cluster.partition_edits`) and adopted after an admin confirms, never fought.
+Re-apply restores only Medbay's own moves.
 """
 
 from __future__ import annotations
@@ -110,23 +111,24 @@ def detect(
     return found
 
 
-def controller_started_at(backend: ClusterBackend):
-    """When slurmctld started (`scontrol show config` BOOT_TIME), None if unknown."""
-    read = getattr(backend, "controller_started_at", None)
+def controller_generation(backend: ClusterBackend) -> str:
+    """slurmctld's boot time and reconfigure count, as text; "" if unknown."""
+    read = getattr(backend, "controller_generation", None)
     if read is None:
         return None
     try:
-        return read()
+        return read() or ""
     except BackendError as error:
-        logger.debug("slurmctld boot time not readable: %s", error)
-        return None
+        logger.debug("slurmctld generation not readable: %s", error)
+        return ""
 
 
-def restarted_since(cluster: Cluster, started) -> bool | None:
-    """Whether slurmctld restarted since the last sync; None when it cannot be told."""
-    if started is None or cluster.controller_started_at is None:
+def restarted_since(cluster: Cluster, generation: str) -> bool | None:
+    """Whether slurmctld restarted or reconfigured since the last sync (and so may
+    have put partitions back to slurm.conf); None when it cannot be told."""
+    if not generation or not cluster.controller_generation:
         return None
-    return started != cluster.controller_started_at
+    return generation != cluster.controller_generation
 
 
 def person_edits(cluster: Cluster, nodes: list[NodeInfo], restarted: bool | None) -> dict:
@@ -150,13 +152,13 @@ def person_edits(cluster: Cluster, nodes: list[NodeInfo], restarted: bool | None
     return pending
 
 
-def save_edits(cluster: Cluster, edits: dict, started) -> None:
+def save_edits(cluster: Cluster, edits: dict, generation: str) -> None:
     values = {}
     if (cluster.partition_edits or {}) != edits:
         values["partition_edits"] = edits
         transaction.on_commit(lambda: live.publish_banner(cluster.pk))
-    if started is not None and started != cluster.controller_started_at:
-        values["controller_started_at"] = started
+    if generation and generation != cluster.controller_generation:
+        values["controller_generation"] = generation
     if values:
         Cluster.objects.filter(pk=cluster.pk).update(**values)
         for name, value in values.items():

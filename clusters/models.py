@@ -55,9 +55,10 @@ class Cluster(models.Model):
     last_sync_at = models.DateTimeField(null=True, blank=True)
     slurm_version = models.CharField(max_length=32, blank=True)
     partition_drift = models.JSONField(default=dict, blank=True)
-    # When slurmctld last started, as `scontrol show config` says: a partition
-    # change seen without a restart is a person's edit, not Slurm's revert.
-    controller_started_at = models.DateTimeField(null=True, blank=True)
+    # slurmctld's generation: its BOOT_TIME and how many reconfigures it served
+    # (sdiag). A partition change seen within one generation is a person's edit,
+    # not Slurm falling back to slurm.conf.
+    controller_generation = models.CharField(max_length=64, blank=True)
     # Partition edits made outside Medbay to nodes Medbay had moved, waiting for an
     # admin to adopt them: {node: {"medbay": [...], "slurm": [...], "seen_at": iso}}.
     partition_edits = models.JSONField(default=dict, blank=True)

@@ -119,8 +119,8 @@ def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm"
 def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncResult:
     try:
         snapshot = read_snapshot(backend)
-        started = drift.controller_started_at(backend)
-        restarted = drift.restarted_since(cluster, started)
+        generation = drift.controller_generation(backend)
+        restarted = drift.restarted_since(cluster, generation)
         found = drift.detect(
             cluster, backend, snapshot.partitions, snapshot.nodes, restarted=restarted
         )
@@ -137,7 +137,7 @@ def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncRes
         return SyncResult(controller_up=False, error=str(error))
     result = apply_snapshot(cluster, *snapshot, actor=actor)
     drift.save(cluster, found)
-    drift.save_edits(cluster, edits, started)
+    drift.save_edits(cluster, edits, generation)
     result.partition_drift, result.reapplied = found, reapplied
     return result
 

@@ -48,7 +48,6 @@ from clusters.backends.slurm_parsers import (
     parse_scontrol_records,
     parse_slurm_conf_partitions,
     parse_slurm_version,
-    text_time,
 )
 
 # `scontrol show ... --json` arrived in 23.02; 21.08 to 22.05 only have sinfo/squeue --json.
@@ -56,6 +55,7 @@ SCONTROL_JSON_SINCE = (23, 2)
 SINFO_JSON_SINCE = (21, 8)
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+RECONFIGURE_COUNT = re.compile(r"REQUEST_RECONFIGURE\s+\(\s*\d+\)\s+count:(\d+)")
 OUTPUT_MODES = ("auto", "json", "text")
 # Slurm's times have whole-second resolution: two seconds after the requeue's
 # timestamp is surely a later second than the revoked credential's.
@@ -198,14 +198,25 @@ class SlurmBackend:
         """What the controller's PrivateData hides from ordinary users (`jobs`, `usage`, ...)."""
         return parse_private_data(self.run(["scontrol", "show", "config"]))
 
-    def controller_started_at(self) -> datetime | None:
-        """slurmctld's BOOT_TIME: a partition change seen without a restart since the
-        last look is a person's edit, not Slurm falling back to slurm.conf."""
+    def controller_generation(self) -> str:
+        """slurmctld's BOOT_TIME and the REQUEST_RECONFIGURE count sdiag reports: both
+        a restart and `scontrol reconfigure` put partitions back to slurm.conf, and
+        neither leaves another trace. A partition change seen while these stay the
+        same is a person's edit. (sdiag's counts also reset at midnight, which at
+        worst reads one person's edit as Slurm's.)"""
+        boot = ""
         for line in self.run(["scontrol", "show", "config"]).splitlines():
             key, sep, value = line.partition("=")
             if sep and key.strip() == "BOOT_TIME":
-                return text_time(value.strip(), self.local_tz)
-        return None
+                boot = value.strip()
+        if not boot:
+            return ""
+        try:
+            stats = self.run(["sdiag"])
+        except BackendError:
+            return boot  # sdiag needs operator rights; restarts are still seen
+        match = RECONFIGURE_COUNT.search(stats)
+        return f"{boot} reconfigures={match.group(1) if match else 0}"
 
     def job_output_paths(self, job_id: int) -> JobOutputPaths:
         """StdOut/StdErr from `scontrol show job` (text on every version), expanded:

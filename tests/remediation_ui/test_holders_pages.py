@@ -20,7 +20,7 @@ def test_the_board_tile_says_who_holds_the_node(admin_drained, web, researcher):
 
     tile = page[page.index('id="node-gpu-03"') :].split("</a>", 1)[0]
     assert 'data-held-by="maint PSU swap (root, ' in tile
-    assert "held by maint PSU swap (root, " in tile
+    assert 'title="held by maint PSU swap (root, ' in tile
 
 
 def test_the_node_page_shows_the_holder_and_who_set_the_reason(admin_drained, web, admin_user):

@@ -16,6 +16,7 @@ from django.test import Client
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.drift import reapply_hook
 from clusters.models import Cluster, Node, NodeStatus
+from clusters.remediation.steps.records import record_membership
 from clusters.sync import ensure_cluster, sync_once
 from jobs.models import Job, JobStateChange
 from portal.consumers import LiveConsumer
@@ -231,6 +232,8 @@ def test_a_partition_move_lost_on_reconfigure_is_reapplied_by_the_spare_pool_dri
     assert reapply_hook() is not None
     sync_once(cluster, slurm)
     move_spare_into_train(slurm)
+    # Medbay's own move, recorded as the engine's steps do: only those are re-applied.
+    record_membership(cluster.pk, slurm, ["gpu-05"])
     sync_once(cluster, slurm)
     reconfigure(slurm)
     result = sync_once(cluster, slurm)

@@ -68,10 +68,8 @@ class SimWithSlurmConf:
         self.conf = {p.name: p.nodes for p in sim.partitions()}
         self.boots = 0
 
-    def controller_started_at(self):
-        from datetime import UTC, datetime, timedelta
-
-        return datetime(2025, 1, 1, tzinfo=UTC) + timedelta(minutes=self.boots)
+    def controller_generation(self) -> str:
+        return f"boot {self.boots}"
 
     def __getattr__(self, name):
         return getattr(self.sim, name)
