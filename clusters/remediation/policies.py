@@ -8,12 +8,13 @@ over past incidents without touching anything.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, JSONField, OuterRef, Subquery
 
 from clusters.models import Cluster
 from clusters.remediation import safety, services
@@ -194,6 +195,9 @@ def on_incidents(incident_ids: list[int]) -> list[Decision]:
         .annotate(
             handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))),
             active_run=Subquery(active.values("pk")[:1]),
+            # The run's context says which XIDs it was decided on: only an incident
+            # that grew a new one is decided again, without a query per incident.
+            active_context=Subquery(active.values("context")[:1], output_field=JSONField()),
         )
     )
     for incident in incidents:
@@ -212,8 +216,14 @@ def _regrown(incident: Incident, policies: dict) -> Decision | None:
     GPU): decide again, and supersede the run when the new fault is more drastic."""
     if incident.active_run is None:
         return None
+    context = incident.active_context or {}
+    if isinstance(context, str):  # SQLite hands the subquery's JSON back as text
+        context = json.loads(context)
+    decided = context.get("xids") or [context.get("xid")]
+    if not set(incident.xids or []) - set(decided):
+        return None
     run = Remediation.objects.filter(pk=incident.active_run).first()
-    if run is None or not set(incident.xids or []) - set(_xids_of(run)):
+    if run is None:
         return None
     decision = decide(incident, policies=policies)
     if not supersedes(decision, run):
