@@ -16,10 +16,13 @@ from portal.roles import roles_of
 
 logger = logging.getLogger(__name__)
 
-# 4403: no role. 1013 ("try again later"): the database could not answer, so the
-# browser's ws extension reconnects instead of treating it as a server bug (1011).
+# Close codes. A server may send only 1000 or 3000-4999 (daphne refuses the
+# standard 1012/1013), so Medbay's "restarting" and "try again later" are 4012
+# and 4013, which static/js/live.js reconnects after; 4401 (logged out) and
+# 4403 (no role, or roles changed) it does not.
 CLOSE_FORBIDDEN = 4403
-CLOSE_TRY_AGAIN = 1013
+CLOSE_RESTARTING = 4012
+CLOSE_TRY_AGAIN = 4013
 
 
 # One job's page: `job:<slurm id>`, joined only by those who may see that job.

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from clusters.models import Node, Partition
 from clusters.remediation.models import Action, BreakerTrip, Remediation, Trigger
-from clusters.remediation.transitions import ACTIVE
+from clusters.remediation.transitions import ACTIVE, RunStatus
 from health.models import Incident, Severity
 
 # Actions that take a node out of scheduling; notify and restart_app do not.
@@ -51,6 +51,9 @@ def flap_window_hours() -> float:
     return float(getattr(settings, "MEDBAY_FLAP_WINDOW_H", 24))
 
 
+NEVER_ACTED = (RunStatus.PROPOSED, RunStatus.AWAITING_APPROVAL, RunStatus.REJECTED)
+
+
 def _draining_runs(exclude_run: int | None = None):
     runs = Remediation.objects.filter(action__in=DRAINING_ACTIONS, dry_run=False)
     return runs.exclude(pk=exclude_run) if exclude_run else runs
@@ -80,8 +83,13 @@ def _breaker_reason(node: Node, exclude_run: int | None) -> tuple[str, str] | No
                 f"remediation (limit {partition_pct():g}%)"
             )
     since = timezone.now() - window()
+    # A run that is waiting for, or was refused, approval took no node out, nor
+    # did one cancelled before its first step. A started one counts before it
+    # has written a step: a storm is caught before the engine gets to it.
     recent = (
         runs.filter(node__cluster_id=node.cluster_id, created_at__gte=since)
+        .exclude(status__in=NEVER_ACTED)
+        .filter(~Q(status=RunStatus.CANCELLED) | Q(steps__isnull=False))
         .exclude(trigger=Trigger.ADMIN)
         .values("node")
         .distinct()

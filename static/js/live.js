@@ -78,12 +78,37 @@
     opened = true;
   });
 
+  // The ws extension reconnects by itself after 1006/1011/1012/1013, but a
+  // server may send only 1000 or 3000-4999: Medbay's "restarting" (4012) and
+  // "try again later" (4013) are reconnected here, by connecting a fresh copy
+  // of the socket element.
+  var RECONNECT_CODES = [4012, 4013];
+
+  function reconnectDelay(retry) {
+    var delay = htmx.config.wsReconnectDelay;
+    if (typeof delay === "function") {
+      return delay(retry);
+    }
+    return 1000 * Math.pow(2, Math.min(retry, 5)) * Math.random();
+  }
+
+  function reconnect(socketElement) {
+    setTimeout(function () {
+      var fresh = socketElement.cloneNode(true);
+      socketElement.replaceWith(fresh);
+      htmx.process(fresh);
+    }, reconnectDelay(failures - 1));
+  }
+
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail.event ? event.detail.event.code : 0;
     failures += 1;
     if (code === 4401 || code === 4403) {
-      setStatus("offline", "Live updates stopped: you are logged out or lost access.");
+      setStatus("offline", "Live updates stopped: you are logged out or lost access. Reload the page.");
       return;
+    }
+    if (RECONNECT_CODES.indexOf(code) >= 0) {
+      reconnect(event.target);
     }
     setStatus(failures > OFFLINE_AFTER_FAILURES ? "offline" : "reconnecting",
               "Live updates interrupted (code " + code + "); retrying.");

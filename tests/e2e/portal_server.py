@@ -166,6 +166,31 @@ def progress(cluster, sim, command) -> None:
     )
 
 
+def decide(cluster, sim, command) -> dict:
+    """Another admin approves or rejects a waiting run, through the same action the page uses."""
+    from django.contrib.auth import get_user_model
+
+    from clusters.remediation import actions
+    from clusters.remediation.models import Remediation
+
+    run = Remediation.objects.get(pk=command["run"])
+    admin = get_user_model().objects.get(username="admin")
+    decide = actions.approve if command.get("verdict", "approve") == "approve" else actions.reject
+    decide(run, admin, command.get("comment", "e2e: decided elsewhere"))
+    return {"run": run.pk}
+
+
+def drop_sockets(cluster, sim, command) -> None:
+    """Close every open live socket as a restarting server does (pages reconnect)."""
+    from django.contrib.auth import get_user_model
+
+    from portal import live
+    from portal.consumers import CLOSE_RESTARTING
+
+    for pk in get_user_model().objects.values_list("pk", flat=True):
+        live.close_sockets(live.user_group(pk), CLOSE_RESTARTING)
+
+
 def fresh_training(cluster, sim, command) -> dict:
     """Earlier tests' jobs cancelled, their drained or failed nodes back, one more spare:
     a test that needs whole training nodes and a spare gets them in any order."""
@@ -216,6 +241,8 @@ COMMANDS = {
     "await_approval": await_approval,
     "xid": xid,
     "fresh_training": fresh_training,
+    "decide": decide,
+    "drop_sockets": drop_sockets,
     "progress": progress,
     "history": history,
 }

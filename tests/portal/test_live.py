@@ -135,8 +135,8 @@ async def test_a_live_channel_that_fails_closes_with_try_again_later_not_a_500(
         connected, code = await comm.connect(timeout=5)
         if connected:
             closed = await comm.receive_output(timeout=5)
-            assert closed == {"type": "websocket.close", "code": 1013}
+            assert closed == {"type": "websocket.close", "code": 4013}
         else:
-            assert code == 1013
+            assert code == 4013
     finally:
         channel_layers.backends.clear()

@@ -188,3 +188,26 @@ def test_a_flapping_node_is_quarantined_instead_of_healed(
     assert Node.objects.get(name="gpu-02").cordoned
     assert engine.run_once() == 0  # no return to service without a human
     assert run.steps.get().outcome == StepOutcome.FAILED
+
+
+def test_runs_refused_or_still_awaiting_approval_do_not_count_towards_the_breaker(
+    big_sim, django_capture_on_commit_callbacks
+):
+    """They took no node out: four rejected reboots must not stop an automatic replace."""
+    from clusters.remediation.services import create_run, transition
+
+    names = sorted(info.name for info in big_sim.nodes() if "train" in info.partitions)
+    for name in names[:3]:
+        run = create_run(
+            Node.objects.get(name=name), Action.REBOOT, trigger=Trigger.POLICY,
+            reason="x", mode=Mode.APPROVAL,
+        )  # fmt: skip
+        transition(run, RunStatus.REJECTED, message="not now")
+    create_run(
+        Node.objects.get(name=names[3]), Action.REBOOT, trigger=Trigger.POLICY,
+        reason="x", mode=Mode.APPROVAL,
+    )  # fmt: skip
+    assert safety.breaker_blocks(Node.objects.get(name=names[10])) == ""
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_xid(names[10], 79)
+    assert Remediation.objects.get(node__name=names[10]).action == Action.REPLACE
