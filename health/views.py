@@ -6,8 +6,10 @@ from django.http import Http404
 from django.shortcuts import render
 
 from health import xid as catalogue
+from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
 from health.queries import filter_events
+from portal.regions import shared_region
 from portal.roles import ANY_ROLE, role_required
 
 FEED_LIMIT = 200
@@ -15,16 +17,22 @@ FEED_LIMIT = 200
 
 @role_required(*ANY_ROLE)
 def event_feed(request):
-    events = filter_events(HealthEvent.objects.select_related("node"), request.GET)[:FEED_LIMIT]
-    context = {
-        "events": events,
-        "params": request.GET,
-        "severities": Severity.values,
-        "live": not any(request.GET.get(k) for k in ("until",)),
-    }
+    def page(template: str):
+        events = filter_events(HealthEvent.objects.select_related("node"), request.GET)
+        context = {
+            "events": events[:FEED_LIMIT],
+            "params": request.GET,
+            "severities": Severity.values,
+            "live": not any(request.GET.get(k) for k in ("until",)),
+        }
+        return render(request, template, context)
+
     if request.htmx and request.htmx.target == "event-rows":
-        return render(request, "health/partials/event_rows.html", context)
-    return render(request, "health/event_feed.html", context)
+        # Every role sees the same events: one rendering serves every open feed.
+        return shared_region(
+            request, EVENTS_REGION, lambda: page("health/partials/event_rows.html")
+        )
+    return page("health/event_feed.html")
 
 
 @role_required(*ANY_ROLE)

@@ -22,7 +22,9 @@ from jobs.queries import job_for
 from jobs.queue import clean_params, queue_context
 from jobs.sbatch import render_sbatch
 from jobs.timeline import build_timeline
-from portal.roles import ANY_ROLE, Role, role_required
+from portal import live
+from portal.regions import shared_region
+from portal.roles import ANY_ROLE, Role, has_role, is_admin, role_required
 
 SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
 
@@ -30,14 +32,22 @@ SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
 @role_required(*ANY_ROLE)
 def queue(request):
     params = clean_params(request.GET)
-    context = {
-        **queue_context(request.user, params),
-        "states": ["ACTIVE", *JobState.values],
-        "can_submit": can_submit(request.user),
-    }
+
+    def page(template: str):
+        context = {
+            **queue_context(request.user, params),
+            "states": ["ACTIVE", *JobState.values],
+            "can_submit": can_submit(request.user),
+        }
+        return render(request, template, context)
+
     if request.htmx and request.htmx.target == "job-rows":
-        return render(request, "jobs/partials/job_rows.html", context)
-    return render(request, "jobs/queue.html", context)
+        # Admins and managers see the same rows; a researcher's depend on who she is.
+        staff = is_admin(request.user) or has_role(request.user, Role.MANAGER)
+        viewer = "staff" if staff else f"user:{request.user.pk}"
+        rows = lambda: page("jobs/partials/job_rows.html")  # noqa: E731
+        return shared_region(request, live.JOBS_REGION, rows, viewer=viewer)
+    return page("jobs/queue.html")
 
 
 @role_required(*SUBMITTERS)

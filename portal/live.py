@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.core.cache import cache
 from django.template.loader import render_to_string
 
 logger = logging.getLogger(__name__)
@@ -134,7 +135,31 @@ def poke(group: str, regions: Iterable[str]) -> None:
     """
     names = sorted(set(regions))
     if names:
+        for name in names:
+            _bump_region(name)
         send_html(group, json.dumps({"poke": names}))
+
+
+REGION_VERSION_KEY = "medbay:region-version:{}"
+
+
+def _bump_region(name: str) -> None:
+    """A new version of the region: renderings of the old one are not served again."""
+    key = REGION_VERSION_KEY.format(name)
+    try:
+        cache.add(key, 0, None)
+        cache.incr(key)
+    except Exception:  # a cache outage must not stop the live update itself
+        logger.warning("Region version of %s not bumped", name, exc_info=True)
+
+
+def region_version(name: str) -> int | None:
+    """The region's current version; None when the cache cannot say."""
+    try:
+        return cache.get_or_set(REGION_VERSION_KEY.format(name), 0, None)
+    except Exception:
+        logger.warning("Region version of %s unknown", name, exc_info=True)
+        return None
 
 
 def node_page_group(name: str) -> str:

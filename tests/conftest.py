@@ -72,3 +72,19 @@ def synced(sim, cluster):
 
     sync()
     return sync
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    """Each test starts with an empty cache: kept renderings of live regions are keyed
+    by version, and a new test database starts its versions again."""
+    try:
+        from django.core.cache import cache
+    except ImportError:  # the plain-Python suites run without Django
+        yield
+        return
+    try:
+        cache.clear()
+    except Exception:  # a test that stops the cache's server on purpose
+        pass
+    yield

@@ -10,10 +10,14 @@
 // the socket was down is lost. #live-status says live, reconnecting or offline.
 (function () {
   "use strict";
-  var COALESCE_MS = 100;
+  // A region fetches itself at once when poked, then at most once per
+  // MIN_GAP_MS while pokes keep coming (a burst costs a few fetches, not one
+  // per change), and always once more after the last poke.
+  var MIN_GAP_MS = 250;
   var OFFLINE_AFTER_FAILURES = 3;
   var pending = new Set();
   var timer = null;
+  var lastFlush = 0;
   var opened = false;
   var failures = 0;
 
@@ -23,13 +27,20 @@
 
   function refresh(names) {
     names.forEach(function (name) { pending.add(name); });
-    if (timer === null) {
-      timer = setTimeout(flush, COALESCE_MS);
+    if (timer !== null) {
+      return;
+    }
+    var wait = lastFlush + MIN_GAP_MS - Date.now();
+    if (wait <= 0) {
+      flush();
+    } else {
+      timer = setTimeout(flush, wait);
     }
   }
 
   function flush() {
     timer = null;
+    lastFlush = Date.now();
     var all = pending.has("*");
     regions().forEach(function (region) {
       if (all || pending.has(region.dataset.liveRegion)) {

@@ -4,8 +4,9 @@ Each test opens a page, causes an insert, a change and (where the page can lose
 a row) a removal through the product's own interfaces, and asserts what the
 person sees within 2 s, failing on any console error or failed request. Faults
 are harmless XIDs (the catalogue only notifies), so that no test starts a
-remediation or trips the breaker for the next. The last one drops every socket, as a restarting server does, changes something
-while the page is away, and checks that the page catches up.
+remediation or trips the breaker for the next. The last one drops every socket,
+as a restarting server does, changes something while the page is away, and
+checks that the page catches up.
 """
 
 from __future__ import annotations

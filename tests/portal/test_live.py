@@ -140,3 +140,30 @@ async def test_a_live_channel_that_fails_closes_with_try_again_later_not_a_500(
             assert code == 4013
     finally:
         channel_layers.backends.clear()
+
+
+def test_a_region_is_rendered_once_per_version_for_viewers_who_see_it_alike(admin_user, manager):
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from portal import live
+
+    def viewer(user):
+        logged_in = Client()
+        logged_in.force_login(user)
+        return logged_in
+
+    def feed(logged_in):
+        return logged_in.get("/health/events/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="event-rows")
+
+    def event_queries(logged_in) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            feed(logged_in)
+        return sum("health_healthevent" in query["sql"] for query in captured)
+
+    admin, watcher = viewer(admin_user), viewer(manager)
+    assert event_queries(admin) == 1
+    assert event_queries(watcher) == 0  # the admin's rendering, served again
+    live.poke(live.EVENTS_GROUP, ["events"])
+    assert event_queries(watcher) == 1  # a new version is rendered again
