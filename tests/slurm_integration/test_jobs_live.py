@@ -135,8 +135,9 @@ def test_bob_can_neither_see_nor_cancel_alices_job_but_alice_can_cancel_it(
     )
 
     bob = login(client, other_researcher)
-    assert bob.get(f"/api/v1/jobs/{slurm_id}/").status_code == 403
-    assert bob.post(f"/api/v1/jobs/{slurm_id}/cancel/").status_code == 403
+    # The same answer as for a job that does not exist: ids of others stay unknown.
+    assert bob.get(f"/api/v1/jobs/{slurm_id}/").status_code == 404
+    assert bob.post(f"/api/v1/jobs/{slurm_id}/cancel/").status_code == 404
     assert slurm.job(slurm_id).state in ("PENDING", "RUNNING")
 
     cancelled = login(client, researcher).post(f"/api/v1/jobs/{slurm_id}/cancel/")
