@@ -481,6 +481,7 @@ def _job_values(info: JobInfo) -> dict:
 def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
     seen = {info.job_id: info for info in infos}
     stored = _stored_jobs(cluster, list(seen))
+    _retire_reused_ids(seen, stored)
     job_key = _job_key_function()
     new_jobs, candidates = [], []
     for job_id, info in seen.items():
@@ -531,6 +532,24 @@ def _sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
     result.jobs_new = [row.pk for row in new_jobs]
 
 
+def _retire_reused_ids(seen: dict[int, JobInfo], stored: dict[int, StoredJob]) -> None:
+    """A finished job whose id Slurm now gives to a live job that was not requeued
+    (its restart count did not go up) is another job: the old row keeps its
+    history and the new job gets a row of its own (Slurm reuses ids)."""
+    reused = [
+        job_id
+        for job_id, old in stored.items()
+        if old.state not in ACTIVE_JOB_STATES
+        and job_id in seen
+        and seen[job_id].state in ACTIVE_JOB_STATES
+        and seen[job_id].restart_count <= old.restart_count
+    ]
+    if reused:
+        Job.objects.filter(pk__in=[stored[job_id].pk for job_id in reused]).update(superseded=True)
+        for job_id in reused:
+            del stored[job_id]
+
+
 def _complete_vanished(rows: list[Job], now: datetime) -> None:
     """Active jobs Slurm no longer lists; their end time is kept when Slurm gave one."""
     if rows:
@@ -560,7 +579,9 @@ def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
     every column of every job cost more than the rest of the diff.
     """
     listed = _one_of("slurm_id", job_ids)
-    rows = Job.objects.filter(Q(state__in=ACTIVE_JOB_STATES) | listed, cluster=cluster)
+    rows = Job.objects.filter(
+        Q(state__in=ACTIVE_JOB_STATES) | listed, cluster=cluster, superseded=False
+    )
     if connection.vendor == "postgresql":
         rows = rows.annotate(sync_key=_job_digest_expression()).values_list(
             "pk", "slurm_id", "state", "restart_count", "sync_key"

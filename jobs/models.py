@@ -70,10 +70,18 @@ class Job(models.Model):
     script = models.TextField(blank=True)
     params = models.JSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(default=timezone.now)
+    # Slurm reuses job ids (after MaxJobId wraps, or a controller that lost its
+    # state): a later job with this id got a row of its own, and this one keeps
+    # its history, script and submitter.
+    superseded = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["cluster", "slurm_id"], name="unique_slurm_job")
+            models.UniqueConstraint(
+                fields=["cluster", "slurm_id"],
+                condition=models.Q(superseded=False),
+                name="one_current_job_per_slurm_id",
+            )
         ]
         indexes = [models.Index(fields=["state"])]
         ordering = ["-slurm_id"]

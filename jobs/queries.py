@@ -38,7 +38,7 @@ def job_for(user, slurm_id: int) -> Job:
     One answer for both: a 403 would tell a researcher which ids other people's
     jobs have.
     """
-    job = Job.objects.filter(slurm_id=slurm_id).order_by("cluster_id").first()
+    job = Job.objects.filter(slurm_id=slurm_id, superseded=False).order_by("cluster_id").first()
     if job is None or not can_view_job(user, job):
         raise Http404("No such job.")
     return job

@@ -13,6 +13,7 @@ from dataclasses import replace
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from clusters.backends import registry
@@ -92,9 +93,15 @@ def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
 def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> Job:
     now = timezone.now()
     with transaction.atomic():
+        # Slurm may have given this id to a job before (ids repeat): that job keeps
+        # its row, and this one gets its own.
+        Job.objects.filter(cluster=current_cluster(), slurm_id=slurm_id, superseded=False).filter(
+            ~Q(state__in=ACTIVE_JOB_STATES) | ~Q(user=unix_user)
+        ).update(superseded=True)
         # The sync may already have created the row from squeue in the meantime;
         # either way the script, parameters and submitter are ours to fill in.
         job, created = Job.objects.get_or_create(
+            superseded=False,
             cluster=current_cluster(),
             slurm_id=slurm_id,
             defaults={

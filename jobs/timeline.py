@@ -213,12 +213,17 @@ def run_intervals(job: Job, changes, now: datetime) -> list[tuple[datetime, date
 
 def runs_that_touched(job: Job) -> list[Remediation]:
     """The runs that signalled, requeued, cancelled or released this job, and only those."""
-    effects = RemediationJob.objects.filter(slurm_job_id=job.slurm_id).order_by("at", "id")
+    mine = {"slurm_job_id": job.slurm_id}
+    if job.submit_at:
+        # Slurm reuses ids: what a run did to an earlier job with this id is not this one's.
+        mine["at__gte"] = job.submit_at - MATCH_SLACK
+    effects = RemediationJob.objects.filter(**mine).order_by("at", "id")
+    runs = Remediation.objects.filter(
+        node__cluster_id=job.cluster_id,
+        **{f"job_effects__{key}": value for key, value in mine.items()},
+    )
     return list(
-        Remediation.objects.filter(
-            job_effects__slurm_job_id=job.slurm_id, node__cluster_id=job.cluster_id
-        )
-        .distinct()
+        runs.distinct()
         .select_related("node", "requested_by", "incident")
         .prefetch_related("steps", Prefetch("job_effects", queryset=effects, to_attr="effects"))
         .order_by("created_at", "id")

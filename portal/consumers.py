@@ -68,7 +68,7 @@ def _job_page_groups(user, slurm_id: int) -> list[str]:
     from jobs.accounts import can_view_job
     from jobs.models import Job
 
-    job = Job.objects.filter(slurm_id=slurm_id).order_by("cluster_id").first()
+    job = Job.objects.filter(slurm_id=slurm_id, superseded=False).order_by("cluster_id").first()
     if job is None or not can_view_job(user, job):
         return []
     return [live.job_page_group(job.cluster_id, slurm_id)]

@@ -402,3 +402,15 @@ def test_lost_work_for_a_page_of_jobs_takes_the_same_queries_for_one_or_many(
         assert lost_gpu_hours_by_job(one) == {one[0].pk: 4.0}  # 8 GPUs × 30 min
     with django_assert_num_queries(3):
         assert set(lost_gpu_hours_by_job(many).values()) == {4.0}
+
+
+def test_a_run_on_an_earlier_job_with_the_same_id_is_not_this_jobs(login, job, researcher):
+    """Slurm reuses ids: a run that acted on job 1234 a month ago acted on another job."""
+    from datetime import timedelta
+
+    run = remediation(job, trigger="health_event", steps=["drain", "requeue_jobs"])
+    RemediationJob.objects.filter(remediation=run).update(at=at(8, 0) - timedelta(days=30))
+
+    events = timeline(login, researcher)["events"]
+
+    assert [e for e in events if e["run"]] == []

@@ -136,7 +136,7 @@ def _notify(run: Remediation, job_ids: list[int], what: str) -> None:
         logger.info("jobs.notifications unavailable; owners of %s not told", job_ids)
         return
     cluster_id = run.node.cluster_id
-    for job in Job.objects.filter(cluster_id=cluster_id, slurm_id__in=job_ids):
+    for job in Job.objects.filter(cluster_id=cluster_id, slurm_id__in=job_ids, superseded=False):
         try:
             notify_remediation_effect(job, what=what, remediation=run)
         except Exception:  # a mail outage must never stall a remediation
