@@ -212,18 +212,27 @@ def reject(run: Remediation, user, comment: str) -> Remediation:
     return _decide(run, RunStatus.REJECTED, user, comment, verb="Rejected")
 
 
+CANCEL_ATTEMPTS = 3
+
+
 def cancel(run: Remediation, user, comment: str) -> Remediation:
     """Stop an active run where it is; steps already done are not undone."""
     _require_admin(user)
     comment = _clean_text(comment, field="comment", limit=400)
-    if not run.is_active:
-        raise WrongStatus(f"Run {run.pk} is {run.status}; only active runs can be cancelled.")
     message = f"Cancelled by {user.get_username()}: {comment}"
     actor = user.get_username()
-    if not services.transition(run, RunStatus.CANCELLED, message=message, actor=actor):
-        raise WrongStatus(f"Run {run.pk} finished before it could be cancelled.")
-    run.refresh_from_db()
-    return run
+    # The engine may move the run (running -> waiting) between our read and our
+    # update; the update then matches nothing, so read the run again and cancel
+    # it from where it now is. A run the engine keeps moving faster than we can
+    # catch it is reported, never cancelled with a made-up history.
+    for _attempt in range(CANCEL_ATTEMPTS):
+        if not run.is_active:
+            raise WrongStatus(f"Run {run.pk} is {run.status}; only active runs can be cancelled.")
+        if services.transition(run, RunStatus.CANCELLED, message=message, actor=actor):
+            run.refresh_from_db()
+            return run
+        run.refresh_from_db()
+    raise WrongStatus(f"Run {run.pk} kept changing while it was being cancelled; try again.")
 
 
 # Timers a step keeps in the run's context; a retry starts them again, or the step
@@ -249,7 +258,8 @@ def retry(run: Remediation, user, comment: str = "") -> Remediation:
         guard={"current_step": run.current_step},
     )  # fmt: skip
     if not moved:
-        raise WrongStatus(f"Run {run.pk} changed meanwhile.")
+        run.refresh_from_db()
+        raise WrongStatus(f"Run {run.pk} changed meanwhile (now {run.status}); look again.")
     run.refresh_from_db()
     return run
 

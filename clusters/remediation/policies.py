@@ -322,13 +322,24 @@ def _join(incident: Incident, run: Remediation, decision: Decision) -> Decision:
     return decision.but(f"joined run {run.pk} ({run.get_action_display()}, {run.status})")
 
 
+def _cancel_milder(old: Remediation, note: str) -> bool:
+    """Cancel the milder run from the status it is in now, read again once if the engine
+    moved it meanwhile (running -> waiting), so that its history says what happened."""
+    if services.transition(old, RunStatus.CANCELLED, message=note, actor="policy"):
+        return True
+    old.refresh_from_db()
+    return old.is_active and services.transition(
+        old, RunStatus.CANCELLED, message=note, actor="policy"
+    )
+
+
 def _supersede(incident: Incident, node, old: Remediation, decision: Decision) -> Decision:
     """Cancel the milder run and admit the new one in its place, or neither."""
     try:
         with transaction.atomic():
             note = f"superseded: {decision.reason} calls for {decision.action}"
-            if not services.transition(old, RunStatus.CANCELLED, message=note, actor="policy"):
-                raise _Abandon(decision.but(f"node busy with run {old.pk}"))
+            if not _cancel_milder(old, note):
+                raise _Abandon(decision.but(f"node busy with run {old.pk} ({old.status})"))
             outcome = _admit(incident, node, decision, inherit=old)
             new_id = outcome.outcome.removeprefix("run ")
             if not new_id.isdigit():

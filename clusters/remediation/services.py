@@ -28,7 +28,6 @@ from clusters.remediation.transitions import (
     IllegalTransition,
     RunStatus,
     check_transition,
-    sources_of,
 )
 from portal import live
 
@@ -111,14 +110,19 @@ def transition(
     guard: dict | None = None,
     **fields,
 ) -> bool:
-    """Move `run` to `new_status` if it is still in a status that allows it.
+    """Move `run` from the status it was read in to `new_status`.
 
-    Illegal moves raise IllegalTransition. The UPDATE is conditional on the
-    current status (and on `guard`, e.g. the engine's lease), so of two workers
-    (or an engine and an admin) racing, one wins and the other gets False and
-    must not act on the run.
+    Illegal moves raise IllegalTransition. The UPDATE matches exactly the
+    status that was read (and `guard`, e.g. the engine's lease), and the history
+    row records that same status. Matching "any allowed source" instead would
+    let an admin's cancel that raced the engine's running -> waiting succeed and
+    record "running -> cancelled", a move that never happened. So of two
+    workers (or an engine and an admin) racing, one wins and the other gets
+    False: someone else changed the run, and the caller re-reads it before
+    deciding anything.
     """
-    check_transition(run.status, new_status)
+    previous = RunStatus(run.status)
+    check_transition(previous, new_status)
     new = RunStatus(new_status)
     now = timezone.now()
     values = {"status": new, "updated_at": now, **fields}
@@ -127,11 +131,10 @@ def transition(
     if new in TERMINAL:
         values.update(finished_at=now, claimed_by="", claimed_until=None)
     with transaction.atomic():
-        candidates = Remediation.objects.filter(pk=run.pk, status__in=sources_of(new))
+        candidates = Remediation.objects.filter(pk=run.pk, status=previous)
         changed = candidates.filter(**(guard or {})).update(**values)
         if not changed:
             return False
-        previous = run.status
         for name, value in values.items():
             setattr(run, name, value)
         _record(run, previous, new, message, actor or "engine", now)

@@ -64,8 +64,3 @@ class IllegalTransition(Exception):
 def check_transition(current: str, new: str) -> None:
     if RunStatus(new) not in ALLOWED[RunStatus(current)]:
         raise IllegalTransition(current, new)
-
-
-def sources_of(new: str) -> list[str]:
-    """Statuses from which `new` may be reached (for conditional updates)."""
-    return [str(current) for current, targets in ALLOWED.items() if RunStatus(new) in targets]

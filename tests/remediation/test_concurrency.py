@@ -6,10 +6,10 @@ import os
 import threading
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from clusters.models import Node
-from clusters.remediation import services
+from clusters.remediation import actions, services
 from clusters.remediation.engine import Engine
 from clusters.remediation.models import Action, Remediation, StepOutcome, Trigger
 from clusters.remediation.transitions import ACTIVE, RunStatus
@@ -108,3 +108,46 @@ def test_two_workers_and_racing_triggers_replace_each_node_exactly_once(sim, syn
         done = run.steps.filter(outcome__in=[StepOutcome.SUCCEEDED, StepOutcome.SKIPPED])
         indexes = list(done.values_list("index", flat=True))
         assert indexes == list(range(len(run.planned_steps)))  # each step once
+
+
+def wait_until_someone_waits_for_a_row_lock(seconds: float = 10) -> None:
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    with connection.cursor() as cursor:
+        for _ in range(int(seconds / 0.02)):
+            cursor.execute(waiting)
+            if cursor.fetchone()[0]:
+                return
+            threading.Event().wait(0.02)
+    raise AssertionError("the admin's cancel never waited for the engine's row lock")
+
+
+def test_a_cancel_racing_the_engine_records_only_moves_that_happened(synced, admin_user):
+    run = request_replace("gpu-02")
+    read, moved = threading.Event(), threading.Event()
+
+    def engine_parks_the_run(_):
+        read.wait(10)
+        with transaction.atomic():
+            claimed = Remediation.objects.get(pk=run.pk)
+            assert services.transition(claimed, RunStatus.WAITING, message="jobs draining")
+            moved.set()
+            # Commit only once the admin's UPDATE is blocked on this row, so that
+            # it re-checks its WHERE against the run the engine has just parked.
+            wait_until_someone_waits_for_a_row_lock()
+        return claimed.status
+
+    def admin_cancels(_):
+        seen = Remediation.objects.get(pk=run.pk)  # the page the admin looked at
+        assert seen.status == RunStatus.RUNNING
+        read.set()
+        moved.wait(10)
+        return actions.cancel(seen, admin_user, "not needed after all")
+
+    engine, admin = in_threads(2, lambda i: (engine_parks_the_run, admin_cancels)[i](i))
+    assert engine == RunStatus.WAITING, engine
+    assert isinstance(admin, Remediation) and admin.status == RunStatus.CANCELLED, admin
+    changes = run.status_changes.order_by("at", "id").values_list("from_status", "to_status")
+    assert list(changes) == [("", "running"), ("running", "waiting"), ("waiting", "cancelled")]
