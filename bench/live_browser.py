@@ -66,6 +66,7 @@ new MutationObserver((records) => {
 }).observe(document, {subtree: true, childList: true, attributes: true});
 """
 
+
 class Lines:
     """The portal's E2E- lines, waited for one by one (bench/queue.py hides stdlib queue)."""
 
@@ -213,8 +214,11 @@ def main() -> None:
             errors = sum(len(errors) for _, _, errors in pages)
             for kind, values in by_kind.items():
                 if values:
-                    print(f"{kind}: p50 {percentile(values, 50):.0f} ms, p95 "
-                          f"{percentile(values, 95):.0f} ms", file=sys.stderr)
+                    print(
+                        f"{kind}: p50 {percentile(values, 50):.0f} ms, p95 "
+                        f"{percentile(values, 95):.0f} ms",
+                        file=sys.stderr,
+                    )
             for kind, _page, page_errors in pages:
                 for error in page_errors[:3]:
                     print(f"{kind}: {error}", file=sys.stderr)
