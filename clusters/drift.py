@@ -28,8 +28,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.backends.base import BackendError, ClusterBackend, NodeInfo, PartitionInfo
+from clusters.live import publish_banner
 from clusters.models import Cluster, Node, Partition
-from portal import live
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def save_edits(cluster: Cluster, edits: dict, generation: str) -> None:
     values = {}
     if (cluster.partition_edits or {}) != edits:
         values["partition_edits"] = edits
-        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+        transaction.on_commit(lambda: publish_banner(cluster.pk))
     if generation and generation != cluster.controller_generation:
         values["controller_generation"] = generation
     if values:
@@ -185,7 +185,7 @@ def adopt(cluster: Cluster, names: list[str], *, actor: str) -> list[str]:
             )
         Cluster.objects.filter(pk=cluster.pk).update(partition_edits=edits)
         cluster.partition_edits = edits
-        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+        transaction.on_commit(lambda: publish_banner(cluster.pk))
     return adopted
 
 
@@ -233,5 +233,5 @@ def save(cluster: Cluster, drift: dict) -> bool:
         logger.warning("Partition drift on %s: %s", cluster.name, drift)
     else:
         logger.info("Partition drift on %s resolved", cluster.name)
-    transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+    transaction.on_commit(lambda: publish_banner(cluster.pk))
     return True

@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from clusters.backends.base import JobInfo
 from clusters.backends.simulated import SimFault, SimulatedCluster
+from clusters.live import publish_nodes
 from clusters.models import Cluster, Gpu, GpuHealth, Node
 from clusters.sync import apply_snapshot
-from portal import live
 
 if TYPE_CHECKING:
     from health.ingest import IngestResult
@@ -107,7 +107,7 @@ class RepairShop:
                 health_reason="repaired (simulated RMA)",
                 health_changed_at=timezone.now(),
             )
-            transaction.on_commit(lambda: live.publish_nodes([node.pk]))
+            transaction.on_commit(lambda: publish_nodes([node.pk]))
 
 
 class SimulationLoop:

@@ -30,10 +30,11 @@ from django.utils import timezone
 
 from clusters import drift, holders
 from clusters.backends.base import BackendError, ClusterBackend, JobInfo, NodeInfo, PartitionInfo
+from clusters.live import publish_banner, publish_nodes
 from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, NodeStatus, Partition
 from clusters.status import POOL_FOR_PARTITION, board_status
+from jobs.live import publish_jobs
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobStateChange
-from portal import live
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def record_outage(cluster: Cluster, message: str) -> None:
     if changed:
         logger.warning("Slurm controller unreachable: %s", message)
         cluster.controller_up, cluster.controller_down_since = False, now
-        transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+        transaction.on_commit(lambda: publish_banner(cluster.pk))
 
 
 def apply_snapshot(
@@ -194,10 +195,10 @@ def apply_snapshot(
         cluster.controller_up, cluster.controller_down_since = True, None
         changed_nodes, changed_jobs = list(result.nodes_changed), list(result.jobs_changed)
         new_jobs = list(result.jobs_new)
-        transaction.on_commit(lambda: live.publish_nodes(changed_nodes))
-        transaction.on_commit(lambda: live.publish_jobs(changed_jobs, new_jobs))
+        transaction.on_commit(lambda: publish_nodes(changed_nodes))
+        transaction.on_commit(lambda: publish_jobs(changed_jobs, new_jobs))
         if came_back:
-            transaction.on_commit(lambda: live.publish_banner(cluster.pk))
+            transaction.on_commit(lambda: publish_banner(cluster.pk))
     return result
 
 

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node
 from health import xid as catalogue
 from health.models import (
@@ -27,7 +28,6 @@ from health.models import (
     ReceivedEventId,
     Severity,
 )
-from portal import live
 
 MAX_EVENTS = 1000
 MAX_MESSAGE = 4000
@@ -479,7 +479,7 @@ def _publish_after_commit(
 
         publish_events(event_ids)
         if gpus_changed:
-            live.publish_nodes([node_id])
+            publish_nodes([node_id])
         if incident_ids:
             for listener in list(incident_listeners):
                 listener(incident_ids)

@@ -1,6 +1,37 @@
-"""The job queue's live region: the rows a queue page fetches again when jobs change.
+"""What job changes tell open pages: the queues and the pages of the jobs that changed.
 
-Pages are poked (portal.live.publish_jobs) and fetch their rows through the
-queue view, so every row a socket leads to is rendered for its viewer, with
-PrivateData applied, and never sent to anyone else.
+Pages are poked and fetch their rows through the queue view, so every row a
+socket leads to is rendered for its viewer, with PrivateData applied, and never
+sent to anyone else.
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from jobs.models import Job
+from portal import live
+
+
+def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
+    """Jobs changed, appeared or left: open queues fetch their page again (with their
+    own sort, filters and page, so a new job lands in its place and a finished one
+    leaves a filtered view), and open pages of these jobs fetch their story."""
+    job_ids = list(job_ids)
+    if not job_ids:
+        return
+    live.poke(live.JOBS_GROUP, [live.JOBS_REGION])
+    shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
+    for cluster_id, slurm_id in shown:
+        poke_job_pages(cluster_id, [slurm_id])
+
+
+def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
+    """Tell open pages of these jobs to fetch their story again.
+
+    The story (restarts, timeline, facts) takes several queries to build, and a
+    sync cycle changes hundreds of jobs that nobody is looking at; so the page
+    is poked and fetches its story itself: only pages that are open pay for it.
+    """
+    for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids}):
+        live.poke(live.job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])

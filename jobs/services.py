@@ -21,6 +21,7 @@ from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
 from jobs.accounts import can_act_on_job, can_submit, redact_token, run_as_refusal, unix_user_for
 from jobs.forms import stored_params
+from jobs.live import publish_jobs
 from jobs.models import (
     ACTIVE_JOB_STATES,
     Job,
@@ -32,7 +33,6 @@ from jobs.models import (
 )
 from jobs.models import hash_token as _hash
 from jobs.sbatch import JobParams, render_sbatch
-from portal import live
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> 
             )
         JobToken.store(job, raw_token)
         new_ids = [job.pk] if created else []
-        transaction.on_commit(lambda: live.publish_jobs([job.pk], new_ids))
+        transaction.on_commit(lambda: publish_jobs([job.pk], new_ids))
     return job
 
 
@@ -187,7 +187,7 @@ def _record_cancel(user, job: Job) -> Job:
                 at=now,
             )
             JobToken.objects.filter(job=job, revoked_at__isnull=True).update(revoked_at=now)
-        transaction.on_commit(lambda: live.publish_jobs([job.pk]))
+        transaction.on_commit(lambda: publish_jobs([job.pk]))
     job.refresh_from_db()
     return job
 

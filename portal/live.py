@@ -1,9 +1,10 @@
-"""The one module that publishes to websockets.
+"""The one module that sends to websockets: groups, pokes and how to send.
 
-Domain code calls these functions from `transaction.on_commit`, so a page never
-shows a change that was rolled back. Each message is a server-rendered HTML
-fragment with `hx-swap-oob`, which the htmx ws extension swaps in by id: the
-same partial renders the page and the live update.
+It knows no domain app. Each app renders and publishes its own fragments from
+its own `live.py` (clusters.live, jobs.live, health.live), calling these from
+`transaction.on_commit`, so a page never shows a change that was rolled back.
+A message is a server-rendered HTML fragment with `hx-swap-oob`, which the
+htmx ws extension swaps in by id, or a poke naming the regions that changed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from collections.abc import Iterable
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.core.cache import cache
-from django.template.loader import render_to_string
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,15 @@ def send_html(group: str, html: str) -> None:
         logger.warning("Live update to %s not delivered", group, exc_info=True)
 
 
+_sending: set[asyncio.Task] = set()
+
+
+def _sent(task: asyncio.Task) -> None:
+    _sending.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("Live update not delivered", exc_info=task.exception())
+
+
 def _group_send(group: str, message: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
@@ -59,7 +68,11 @@ def _group_send(group: str, message: dict) -> None:
     except RuntimeError:
         running = None
     if running is not None:
-        running.create_task(layer.group_send(group, message))
+        # The loop keeps only a weak reference to a task: keep it until it is
+        # done, or it may be collected mid-send and its error never seen.
+        task = running.create_task(layer.group_send(group, message))
+        _sending.add(task)
+        task.add_done_callback(_sent)
         return
     loop = _consumer_loop
     in_loop_thread = loop is not None and getattr(loop, "_thread_id", None) == threading.get_ident()
@@ -72,35 +85,6 @@ def _group_send(group: str, message: dict) -> None:
         asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(timeout=5)
         return
     async_to_sync(layer.group_send)(group, message)
-
-
-def publish_nodes(node_ids: Iterable[int]) -> None:
-    """Changed nodes: their board tiles (swapped in by id), the boards' counts (each
-    board counts what its own filters show, so it fetches them), their node pages."""
-    from clusters.board import BoardFilter, board_rows, render_tiles
-
-    node_ids = list(node_ids)
-    if not node_ids:
-        return
-    rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
-    send_html(BOARD_GROUP, render_tiles(rows, gpus, oob=True))
-    poke(BOARD_GROUP, ["board-counts"])
-    poke_node_pages(row["name"] for row in rows)
-
-
-def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
-    """Jobs changed, appeared or left: open queues fetch their page again (with their
-    own sort, filters and page, so a new job lands in its place and a finished one
-    leaves a filtered view), and open pages of these jobs fetch their story."""
-    from jobs.models import Job
-
-    job_ids = list(job_ids)
-    if not job_ids:
-        return
-    poke(JOBS_GROUP, [JOBS_REGION])
-    shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
-    for cluster_id, slurm_id in shown:
-        poke_job_pages(cluster_id, [slurm_id])
 
 
 def session_group(session_key: str) -> str:
@@ -176,22 +160,3 @@ def poke_node_pages(names: Iterable[str]) -> None:
 def job_page_group(cluster_id: int, slurm_id: int) -> str:
     """The sockets of the pages that show one job (its detail page)."""
     return f"job.{int(cluster_id)}.{int(slurm_id)}"
-
-
-def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
-    """Tell open pages of these jobs to fetch their story again.
-
-    The story (restarts, timeline, facts) takes several queries to build, and a
-    sync cycle changes hundreds of jobs that nobody is looking at; so the page
-    is poked and fetches its story itself: only pages that are open pay for it.
-    """
-    for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids}):
-        poke(job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
-
-
-def publish_banner(cluster_id: int) -> None:
-    from clusters.models import Cluster
-
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
-    send_html(BOARD_GROUP, html)

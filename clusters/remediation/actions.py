@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
 from clusters.remediation import services
 from clusters.remediation.models import (
@@ -30,7 +31,6 @@ from clusters.remediation.plans import plan_for
 from clusters.remediation.transitions import RunStatus
 from clusters.status import POOL_FOR_PARTITION
 from jobs.models import Job, JobState
-from portal import live
 from portal.roles import is_admin
 
 # What an admin may ask for by hand; the other actions are the policies' rungs.
@@ -168,7 +168,7 @@ def mark_in_repair(node: Node, *, user, note: str) -> Node:
             at=now,
         )
         node_id = node.pk
-        transaction.on_commit(lambda: live.publish_nodes([node_id]))
+        transaction.on_commit(lambda: publish_nodes([node_id]))
     node.refresh_from_db()
     return node
 

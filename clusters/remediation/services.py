@@ -13,6 +13,7 @@ import logging
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from clusters.live import publish_nodes
 from clusters.models import Node
 from clusters.remediation.models import (
     Mode,
@@ -29,6 +30,7 @@ from clusters.remediation.transitions import (
     RunStatus,
     check_transition,
 )
+from jobs.live import poke_job_pages
 from portal import live
 
 logger = logging.getLogger(__name__)
@@ -159,7 +161,7 @@ def _poke_pages_of_touched_jobs(run_id: int) -> None:
     slurm_ids = set(touched.values_list("slurm_job_id", flat=True))
     if slurm_ids:
         run = Remediation.objects.filter(pk=run_id).values_list("node__cluster_id", flat=True)
-        live.poke_job_pages(run.first(), slurm_ids)
+        poke_job_pages(run.first(), slurm_ids)
 
 
 def _record(run, previous, new, message, actor, now) -> None:
@@ -183,7 +185,7 @@ def _mark_node(run: Remediation, *, active: bool) -> None:
     updated = Node.objects.filter(pk=run.node_id).exclude(active_remediation=value)
     if updated.update(active_remediation=value):
         node_id = run.node_id
-        transaction.on_commit(lambda: live.publish_nodes([node_id]))
+        transaction.on_commit(lambda: publish_nodes([node_id]))
 
 
 def _publish_after_commit(run: Remediation) -> None:

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from jobs.live import publish_jobs
 from jobs.models import Job
-from portal import live
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +114,7 @@ def test_a_filtered_queue_gains_a_new_matching_row_and_loses_one_that_stopped_ma
 
     Job.objects.filter(pk=running.pk).update(state="COMPLETED")
     new = make_job(cluster, 45, user="alice", state="RUNNING")
-    live.publish_jobs([running.pk, new.pk], [new.pk])  # what the sync does on commit
+    publish_jobs([running.pk, new.pk], [new.pk])  # what the sync does on commit
     region = rows_region(client, "?state=RUNNING")
 
     assert 'id="job-43"' not in region

@@ -1,0 +1,34 @@
+"""What fleet changes tell open pages: board tiles and counts, node pages, the banner.
+
+Called from `transaction.on_commit`, so a page never shows a change that was
+rolled back; the sending itself is portal.live's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.template.loader import render_to_string
+
+from clusters.board import BoardFilter, board_rows, render_tiles
+from clusters.models import Cluster
+from portal import live
+
+
+def publish_nodes(node_ids: Iterable[int]) -> None:
+    """Changed nodes: their board tiles (swapped in by id), the boards' counts (each
+    board counts what its own filters show, so it fetches them), their node pages."""
+    node_ids = list(node_ids)
+    if not node_ids:
+        return
+    rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
+    live.send_html(live.BOARD_GROUP, render_tiles(rows, gpus, oob=True))
+    live.poke(live.BOARD_GROUP, ["board-counts"])
+    live.poke_node_pages(row["name"] for row in rows)
+
+
+def publish_banner(cluster_id: int) -> None:
+    """The board's banner (Slurm unreachable, partitions edited outside Medbay)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
+    live.send_html(live.BOARD_GROUP, html)

@@ -1,0 +1,48 @@
+"""A send started inside a running event loop is kept until done and its error logged."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+
+from portal import live
+
+
+class FailingLayer:
+    async def group_send(self, group, message):
+        await asyncio.sleep(0)
+        raise ConnectionError("redis went away")
+
+
+def test_a_send_from_inside_the_event_loop_is_kept_and_its_failure_logged(monkeypatch, caplog):
+    monkeypatch.setattr(live, "get_channel_layer", lambda: FailingLayer())
+
+    async def publish_then_let_it_run():
+        live.send_html("board", "<div id='x'></div>")
+        assert len(live._sending) == 1  # kept: the loop holds tasks only weakly
+        gc.collect()
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    with caplog.at_level(logging.WARNING, logger="portal.live"):
+        asyncio.run(publish_then_let_it_run())
+    assert live._sending == set()
+    assert "Live update not delivered" in caplog.text
+    assert "redis went away" in caplog.text
+
+
+def test_the_live_sender_imports_no_domain_app():
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(live.__file__).read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    domain = {name for name in imported if name.split(".")[0] in {"clusters", "jobs", "health"}}
+    assert domain == set()
