@@ -21,6 +21,7 @@ from django.utils import timezone
 from clusters.models import NodeStateChange
 from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
 from clusters.remediation.models import Trigger as RunTrigger
+from clusters.templatetags.remediation_tags import step_label
 from health.ingest import SEVERITY_RANK
 from health.models import EventKind, HealthEvent
 from health.xid import lookup
@@ -261,7 +262,8 @@ def merge_events(facts: Facts) -> list[Event]:
                   f"{run.reason} (by {who}; {run.get_status_display().lower()})", run.pk)
         )  # fmt: skip
         events += [
-            Event(step.started_at, "step", f"{step.name.replace('_', ' ')}: {step.outcome}",
+            Event(step.started_at, "step",
+                  f"{step_label(step.name)}: {step.get_outcome_display().lower()}",
                   step.message, run.pk)
             for step in run.steps.all()
         ]  # fmt: skip
