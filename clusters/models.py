@@ -198,13 +198,3 @@ class NodeStateChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_status} -> {self.to_status}"
-
-
-# Remediation models live in their own module but belong to this app.
-from clusters.remediation.models import (  # noqa: E402, F401
-    BreakerTrip,
-    Policy,
-    PolicyChange,
-    Remediation,
-    RemediationStep,
-)

@@ -2,12 +2,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from clusters.models import Node
+if TYPE_CHECKING:
+    from clusters.models import Node
 
 
 class Severity(models.TextChoices):
@@ -37,7 +39,7 @@ def hash_token(raw: str) -> str:
 class NodeToken(models.Model):
     """A node agent's credential: bound to one node, stored only as a hash."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="agent_tokens")
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="agent_tokens")
     token_hash = models.CharField(max_length=64, unique=True)
     prefix = models.CharField(max_length=8)
     created_by = models.ForeignKey(
@@ -65,7 +67,7 @@ class NodeToken(models.Model):
 class Incident(models.Model):
     """A burst of related events on one GPU (or node) with under 3 minutes of silence."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="incidents")
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="incidents")
     gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
     opened_at = models.DateTimeField()
     last_event_at = models.DateTimeField()
@@ -85,7 +87,9 @@ class Incident(models.Model):
 class HealthEvent(models.Model):
     """An XID or health-check result; identical repeats fold into one row with a count."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="health_events")
+    node = models.ForeignKey(
+        "clusters.Node", on_delete=models.CASCADE, related_name="health_events"
+    )
     incident = models.ForeignKey(
         Incident, null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
@@ -124,7 +128,7 @@ class HealthEvent(models.Model):
 class ReceivedEventId(models.Model):
     """Every event id an agent has sent, so a resent batch is never counted twice."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="+")
     event_id = models.CharField(max_length=128)
     received_at = models.DateTimeField(default=timezone.now)
 

@@ -7,8 +7,6 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from clusters.models import Cluster, Node
-
 
 class JobState(models.TextChoices):
     """Slurm's job states, spelled as Slurm prints them."""
@@ -43,7 +41,7 @@ ACTIVE_JOB_STATES = (
 class Job(models.Model):
     """A Slurm job as last reconciled, with its restart count."""
 
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="jobs")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="jobs")
     slurm_id = models.BigIntegerField()
     name = models.CharField(max_length=255, blank=True)
     user = models.CharField(max_length=64, blank=True, db_index=True)
@@ -51,7 +49,7 @@ class Job(models.Model):
     partition = models.CharField(max_length=64, blank=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     reason = models.CharField(max_length=255, blank=True)
-    nodes = models.ManyToManyField(Node, blank=True, related_name="jobs")
+    nodes = models.ManyToManyField("clusters.Node", blank=True, related_name="jobs")
     node_names = models.JSONField(default=list, blank=True)
     node_count = models.PositiveIntegerField(default=0)
     gpus = models.PositiveIntegerField(default=0)

@@ -34,10 +34,17 @@ from clusters.remediation.steps import (
     get_step,
     on_commit_all,
 )
+from clusters.remediation.steps import fleet as fleet_steps
+from clusters.remediation.steps import jobs as job_steps
+from clusters.remediation.steps import nodes as node_steps
 from clusters.remediation.steps.fleet import default_validator
 from clusters.remediation.transitions import ALLOWED, RunStatus
 
 logger = logging.getLogger(__name__)
+
+# Importing the step modules registers their steps: the engine, which runs them,
+# names the modules here rather than the registry importing its own submodules.
+STEP_MODULES = (job_steps, node_steps, fleet_steps)
 
 DEFAULT_LEASE = timedelta(seconds=30)
 MAX_TRANSIENT_FAILURES = 6

@@ -5,7 +5,6 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from clusters.models import Node
 from clusters.remediation.transitions import ACTIVE, RunStatus
 
 
@@ -112,7 +111,7 @@ class PolicyChange(models.Model):
 class Remediation(models.Model):
     """One durable run of an action on a node, advanced step by step by the engine."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="remediations")
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="remediations")
     action = models.CharField(max_length=20, choices=Action.choices)
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PROPOSED)

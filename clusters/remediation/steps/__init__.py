@@ -167,13 +167,10 @@ def step(name: str, describe: str, *, polls: bool = False):
 
 
 def get_step(name: str) -> Step:
+    """A registered step; the step modules register theirs when the engine imports them."""
     return STEPS[name]
 
 
 def on_commit_all(callbacks: list[Callable[[], None]]) -> None:
     for callback in callbacks:
         transaction.on_commit(callback)
-
-
-# Registration happens on import of the step modules.
-from clusters.remediation.steps import fleet, jobs, nodes  # noqa: E402, F401
