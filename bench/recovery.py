@@ -197,7 +197,8 @@ def main() -> None:
     slurm = SlurmBackend(os.environ["SLURM_CONF"])
     folder = Path(tempfile.mkdtemp(prefix="medbay-bench-", dir="/tmp"))
     folder.chmod(0o777)
-    shutil.copy(ROOT / "examples" / "checkpoint_loop.py", folder / "checkpoint_loop.py")
+    for name in ("checkpoint_loop.py", "checkpointing.py"):  # the trainer and its helper
+        shutil.copy(ROOT / "examples" / name, folder / name)
     try:
         clean_up(slurm)
         floor = measure_floor(slurm, folder)

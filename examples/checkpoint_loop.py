@@ -1,6 +1,7 @@
 """A training loop without torch that keeps Medbay's checkpoint contract.
 
-The contract, shared with ddp_train.py:
+The contract, shared with ddp_train.py (checkpointing.py, copied beside it, holds
+the shared part):
 - checkpoints go to $MEDBAY_CHECKPOINT_DIR (or --checkpoint-dir), written atomically;
 - SIGUSR1 saves a checkpoint at the next step and keeps training;
 - SIGTERM saves a checkpoint and exits (Slurm sends it before killing a requeued job);
@@ -12,48 +13,27 @@ Gradient descent on f(x) = x**2 stands in for a model, so fast tests can run it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import sys
 import time
 
+from checkpointing import (
+    SignalFlags,
+    checkpoint_arguments,
+    parse_checkpoint_args,
+    progress_reporter,
+    write_atomically,
+)
+
 CHECKPOINT_NAME = "checkpoint.json"
 LEARNING_RATE = 0.05
 
 
-class SignalFlags:
-    """Signals only set flags; the loop acts on them between steps, never mid-update."""
-
-    def __init__(self):
-        self.save = False
-        self.stop = False
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-        signal.signal(signal.SIGTERM, self._on_term)
-
-    def _on_usr1(self, _signum, _frame):
-        self.save = True
-
-    def _on_term(self, _signum, _frame):
-        self.stop = True
-
-    def take_save(self):
-        # Clear on read, so a USR1 arriving while we save asks for one more checkpoint.
-        save, self.save = self.save, False
-        return save
-
-
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--save-every", type=int, default=10)
-    parser.add_argument("--sleep", type=float, default=0.0, help="seconds per step")
-    parser.add_argument("--checkpoint-dir", default=os.environ.get("MEDBAY_CHECKPOINT_DIR"))
-    args = parser.parse_args(argv)
-    if not args.checkpoint_dir:
-        parser.error("set --checkpoint-dir or MEDBAY_CHECKPOINT_DIR")
-    return args
+    parser = checkpoint_arguments(__doc__.splitlines()[0], steps=100, save_every=10)
+    return parse_checkpoint_args(parser, argv)
 
 
 def load_checkpoint(path):
@@ -65,22 +45,13 @@ def load_checkpoint(path):
 
 
 def save_checkpoint(path, state):
-    # Write aside and rename: a kill mid-write must leave the previous checkpoint intact.
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+            f.flush()
+            os.fsync(f.fileno())
 
-
-def progress_reporter():
-    # Medbay's reporter is optional: the example also runs where medbay is not installed.
-    try:
-        from jobs.launcher import report_progress
-    except ImportError:
-        return lambda step, checkpoint_saved=False: False
-    return report_progress
+    write_atomically(path, write)
 
 
 def train_step(state):
@@ -91,7 +62,6 @@ def train_step(state):
 
 def main(argv=None):
     args = parse_args(argv)
-    os.makedirs(args.checkpoint_dir, exist_ok=True)
     path = os.path.join(args.checkpoint_dir, CHECKPOINT_NAME)
     state = load_checkpoint(path)
     if state is None:

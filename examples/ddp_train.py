@@ -3,7 +3,8 @@
 Linear regression on synthetic data (fixed seed), CPU and the gloo backend. Runs under
 torchrun (`torchrun --nproc_per_node 2 examples/ddp_train.py`) or as a single process.
 
-The contract, shared with checkpoint_loop.py:
+The contract, shared with checkpoint_loop.py (checkpointing.py, beside it, holds the
+shared part):
 - checkpoints (step, model, optimizer, last loss) go to $MEDBAY_CHECKPOINT_DIR (or
   --checkpoint-dir), written atomically, every --save-every steps and on SIGUSR1;
 - SIGTERM saves a checkpoint and exits (Slurm sends it before killing a requeued job);
@@ -13,7 +14,6 @@ The contract, shared with checkpoint_loop.py:
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -21,6 +21,13 @@ import time
 
 import torch
 import torch.distributed as dist
+from checkpointing import (
+    SignalFlags,
+    checkpoint_arguments,
+    parse_checkpoint_args,
+    progress_reporter,
+    write_atomically,
+)
 from torch.nn.parallel import DistributedDataParallel
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -29,38 +36,10 @@ SAMPLES = 1024
 BATCH = 32
 
 
-class SignalFlags:
-    """Signals only set flags; the loop acts on them between steps, never mid-update."""
-
-    def __init__(self):
-        self.save = False
-        self.stop = False
-        signal.signal(signal.SIGUSR1, self._on_usr1)
-        signal.signal(signal.SIGTERM, self._on_term)
-
-    def _on_usr1(self, _signum, _frame):
-        self.save = True
-
-    def _on_term(self, _signum, _frame):
-        self.stop = True
-
-    def take_save(self):
-        # Clear on read, so a USR1 arriving while we save asks for one more checkpoint.
-        save, self.save = self.save, False
-        return save
-
-
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--save-every", type=int, default=50)
-    parser.add_argument("--sleep", type=float, default=0.0, help="seconds per step")
+    parser = checkpoint_arguments(__doc__.splitlines()[0], steps=200, save_every=50)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--checkpoint-dir", default=os.environ.get("MEDBAY_CHECKPOINT_DIR"))
-    args = parser.parse_args(argv)
-    if not args.checkpoint_dir:
-        parser.error("set --checkpoint-dir or MEDBAY_CHECKPOINT_DIR")
-    return args
+    return parse_checkpoint_args(parser, argv)
 
 
 def setup_distributed():
@@ -109,19 +88,7 @@ def save_checkpoint(path, step, model, optimizer, loss):
         "optimizer": optimizer.state_dict(),
         "loss": loss,
     }
-    # Write aside and rename: a kill mid-write must leave the previous checkpoint intact.
-    tmp = f"{path}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def progress_reporter():
-    # Medbay's reporter is optional: the example also runs where medbay is not installed.
-    try:
-        from jobs.launcher import report_progress
-    except ImportError:
-        return lambda step, checkpoint_saved=False: False
-    return report_progress
+    write_atomically(path, lambda tmp: torch.save(state, tmp))
 
 
 def train(args, rank, world_size):
@@ -159,7 +126,6 @@ def train(args, rank, world_size):
 
 def main(argv=None):
     args = parse_args(argv)
-    os.makedirs(args.checkpoint_dir, exist_ok=True)
     rank, world_size = setup_distributed()
     try:
         return train(args, rank, world_size)

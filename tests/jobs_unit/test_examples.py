@@ -110,7 +110,8 @@ def test_checkpoint_loop_takes_its_directory_from_medbay_checkpoint_dir(tmp_path
 
 def start_batch_script(folder, restart_count: int):
     """examples/checkpoint_job.sbatch run by bash in FOLDER, as slurmd would run it."""
-    shutil.copy(EXAMPLES / "checkpoint_loop.py", folder / "checkpoint_loop.py")
+    for name in ("checkpoint_loop.py", "checkpointing.py"):  # the trainer and its helper
+        shutil.copy(EXAMPLES / name, folder / name)
     env = {
         "PATH": os.environ["PATH"],
         "SLURM_RESTART_COUNT": str(restart_count),

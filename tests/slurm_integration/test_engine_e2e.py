@@ -51,8 +51,9 @@ sleep 600
 def folder():
     path = Path(tempfile.mkdtemp(prefix="medbay-e2e-", dir="/tmp"))
     path.chmod(0o777)  # the job runs as alice and writes its checkpoints here
-    shutil.copy(REPO / "examples" / "checkpoint_loop.py", path / "checkpoint_loop.py")
-    (path / "checkpoint_loop.py").chmod(0o644)
+    for name in ("checkpoint_loop.py", "checkpointing.py"):  # the trainer and its helper
+        shutil.copy(REPO / "examples" / name, path / name)
+        (path / name).chmod(0o644)
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
