@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
@@ -15,7 +15,14 @@ router.register("nodes", NodeViewSet, basename="node")
 api_patterns = [
     path("auth/token/", ThrottledObtainAuthToken.as_view(), name="api-token"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view serves its init script as a file (?script), for the CSP.
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="api-schema", template_name="api/swagger_ui.html"
+        ),
+        name="api-docs",
+    ),
     path("health/events/", HealthEventsView.as_view(), name="api-health-events"),
     path("", include("jobs.api.urls")),
     path("", include("clusters.remediation.api_urls")),

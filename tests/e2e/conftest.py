@@ -202,8 +202,11 @@ document.addEventListener("htmx:wsOpen", () => { window.__medbayWsOpen = true; }
 
 
 def wait_for_socket(page) -> None:
-    """Wait until the page's live websocket is open; needs WATCH_SOCKET as an init script."""
-    page.wait_for_function("window.__medbayWsOpen === true")
+    """Wait until the page's live websocket is open; needs WATCH_SOCKET as an init script.
+
+    Pass wait_for_function a function, never an expression: Playwright polls an
+    expression with eval, which the pages' Content-Security-Policy refuses."""
+    page.wait_for_function("() => window.__medbayWsOpen === true")
 
 
 @dataclass

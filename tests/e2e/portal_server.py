@@ -232,6 +232,17 @@ def history(cluster, sim, command) -> dict:
     return {"jobs": stats.jobs, "node_changes": stats.node_changes}
 
 
+def superuser(cluster, sim, command) -> dict:
+    """A superuser, who sees every page of Django's admin site (the admin role sees none)."""
+    from portal.accounts import create_user_with_role
+    from portal.roles import Role
+
+    user, _ = create_user_with_role(command["username"], Role.ADMIN, PASSWORD)
+    user.is_superuser = True
+    user.save(update_fields=["is_superuser"])
+    return {"pk": user.pk}
+
+
 COMMANDS = {
     "sync": sync,
     "drain": drain,
@@ -245,6 +256,7 @@ COMMANDS = {
     "drop_sockets": drop_sockets,
     "progress": progress,
     "history": history,
+    "superuser": superuser,
 }
 
 

@@ -49,7 +49,7 @@ def test_the_board_updates_live_when_a_node_is_drained(page, portal):
     log_in(page, portal, "alice")
     tile = page.locator(f"#node-{node}")
     expect(tile).not_to_have_class(re.compile(r"status-drain"))
-    page.wait_for_function("window.__medbayWsOpen === true")
+    page.wait_for_function("() => window.__medbayWsOpen === true")
 
     started = time.monotonic()
     portal.command("drain", node=node, reason="e2e: live board")

@@ -177,13 +177,13 @@ def test_a_page_whose_socket_dropped_catches_up_on_what_it_missed(watched, porta
     open_live(watched, portal, "alice", "/health/events/")
 
     portal.command("drop_sockets")
-    watched.wait_for_function("window.__medbayCloses >= 1")
+    watched.wait_for_function("() => window.__medbayCloses >= 1")
     expect(watched.locator("#live-status")).to_have_text("reconnecting")
     # While the page is away: nothing can reach it over the socket.
     portal.command("xid", node=node, gpu=5, xid=63, message="Row remapping event.")
     assert watched.evaluate("window.__medbayOpens") == 1, "reconnected too soon for the test"
 
-    watched.wait_for_function("window.__medbayOpens >= 2", timeout=10_000)
+    watched.wait_for_function("() => window.__medbayOpens >= 2", timeout=10_000)
     expect(watched.locator("#live-status")).to_have_text("live")
     expect(watched.locator("#event-rows tr").first).to_contain_text(node, timeout=LIVE_MS)
     assert re.search("XID 63", watched.locator("#event-rows tr").first.text_content())
