@@ -197,6 +197,13 @@ class PortalServer:
             raise AssertionError(f"logging in as {username} did not give a session")
         return "; ".join(f"{name}={value}" for name, value in cookies.items())
 
+    def get_region(self, path: str, target: str, cookie: str) -> str:
+        """What an open page's live region fetches when it is poked (static/js/live.js)."""
+        headers = {"Cookie": cookie, "HX-Request": "true", "HX-Target": target}
+        request = urllib.request.Request(f"{self.url}{path}", headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.read().decode()
+
     def get_json(self, path: str, cookie: str) -> dict:
         request = urllib.request.Request(f"{self.url}{path}", headers={"Cookie": cookie})
         with urllib.request.urlopen(request, timeout=10) as reply:
