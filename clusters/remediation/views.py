@@ -121,7 +121,9 @@ def decide(request, pk: int, verdict: str):
 
 def _next_url(request, default: str) -> str:
     target = request.POST.get("next", "")
-    if target and url_has_allowed_host_and_scheme(target, {request.get_host()}):
+    # Only a path on this site: redirect() reads a bare word as a URL name, and a
+    # `next` naming none was a NoReverseMatch (a 500).
+    if target.startswith("/") and url_has_allowed_host_and_scheme(target, {request.get_host()}):
         return target
     return default
 

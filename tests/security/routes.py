@@ -121,10 +121,16 @@ PARAMS_BY_URL: dict[str, dict[str, Filler]] = {
 }
 
 
-def fill(route: Route, world) -> str:
-    """The route as a concrete path ("/nodes/gpu-01/"), or UnknownParameter."""
-    values: dict[str, str] = {}
+def fill(route: Route, world, raw: dict[str, str] | None = None) -> str:
+    """The route as a concrete path ("/nodes/gpu-01/"), or UnknownParameter.
+
+    `raw` gives some parameters' text as it goes into the path (already
+    percent-encoded), e.g. a fuzzer's value that no converter would accept.
+    """
+    values: dict[str, str] = dict(raw or {})
     for name in route.param_names():
+        if name in values:
+            continue
         filler = PARAMS_BY_URL.get(route.key, {}).get(name) or PARAMS.get(name)
         if filler is None:
             raise UnknownParameter(

@@ -172,3 +172,13 @@ def test_an_agent_batch_with_a_nul_is_a_400_naming_the_field_and_nothing_is_stor
     errors = response.json()["errors"]
     assert any(where in field for field in errors), errors
     assert HealthEvent.objects.count() == before
+
+
+def test_a_decision_whose_next_is_no_path_returns_to_the_run_page(world):
+    # Found by tests/security/test_form_fuzz.py: redirect() read "6989-02-25" as a URL name.
+    response = client_for(world, "admin").post(
+        f"/remediation/{world.remediation.pk}/approve/", {"comment": "ok", "next": "6989-02-25"}
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/remediation/{world.remediation.pk}/"
