@@ -31,7 +31,16 @@ from clusters.backends.simulated import (
     _weighted_choice,
 )
 from clusters.models import Cluster, Node, NodeStateChange
-from clusters.remediation.models import Remediation
+from clusters.remediation.models import (
+    Action,
+    Remediation,
+    RemediationStatusChange,
+    RemediationStep,
+    StepOutcome,
+    Trigger,
+)
+from clusters.remediation.plans import plan_for
+from clusters.remediation.transitions import RunStatus
 from health.models import HealthEvent, Incident
 
 ACTOR = "history"
@@ -351,26 +360,59 @@ class _Generator:
         Incident.objects.bulk_create(incidents, batch_size=BATCH)
         HealthEvent.objects.bulk_create(events, batch_size=BATCH)
         Remediation.objects.bulk_create(runs, batch_size=BATCH)
+        _write_engine_rows(runs)
         self.stats.faults, self.stats.remediations = len(events), len(runs)
 
     def replacement(self, node: Node, at: datetime, xid: int, gpu: int, incident) -> Remediation:
         created = at + timedelta(seconds=self.rng.uniform(10, 60))
         finished = created + timedelta(minutes=self.rng.uniform(3, 9))
+        plan = plan_for(Action.REPLACE)
         return Remediation(
             node=node,
-            action="replace",
-            trigger="health_event",
-            status="succeeded",
-            reason=f"XID {xid} on GPU {gpu}",
-            planned_steps=["cordon", "drain", "swap_in_spare", "fail_node"],
-            current_step=4,
+            action=Action.REPLACE,
+            trigger=Trigger.HEALTH_EVENT,
+            status=RunStatus.SUCCEEDED,
+            reason=f"XID {xid} GPU {gpu}",
+            planned_steps=plan,
+            current_step=len(plan),
             incident=incident,
             created_at=created,
             updated_at=finished,
             due_at=created,
             finished_at=finished,
-            message="history: replaced by a spare",
+            message="all steps done",
         )
+
+
+def _write_engine_rows(runs: list[Remediation]) -> None:
+    """The rows the engine writes for a run that went straight through: its status
+    changes (new -> running -> succeeded) and one succeeded row per planned step,
+    spread over the run's time, so reports read what a real run leaves."""
+    changes, steps = [], []
+    for run in runs:
+        changes += [
+            RemediationStatusChange(
+                remediation=run, from_status="", to_status=RunStatus.RUNNING,
+                message=f"policy: {run.reason}", actor="engine", at=run.created_at,
+            ),
+            RemediationStatusChange(
+                remediation=run, from_status=RunStatus.RUNNING, to_status=RunStatus.SUCCEEDED,
+                message=run.message, actor="engine", at=run.finished_at,
+            ),
+        ]  # fmt: skip
+        count = len(run.planned_steps)
+        span = run.finished_at - run.created_at
+        bounds = [run.created_at + span * index / count for index in range(count)]
+        for index, name in enumerate(run.planned_steps):
+            ended = bounds[index + 1] if index + 1 < count else run.finished_at
+            steps.append(
+                RemediationStep(
+                    remediation=run, index=index, name=name, outcome=StepOutcome.SUCCEEDED,
+                    worker=ACTOR, started_at=bounds[index], finished_at=ended,
+                )
+            )  # fmt: skip
+    RemediationStatusChange.objects.bulk_create(changes, batch_size=BATCH)
+    RemediationStep.objects.bulk_create(steps, batch_size=BATCH)
 
 
 def _job_changes(row, job: _Job) -> list:

@@ -81,3 +81,22 @@ def test_demo_with_history_days_fills_the_reports_once():
     body = client.get("/api/v1/reports/utilization/", {"group_by": "week"}).json()
     assert body["summary"]["allocated_gpu_h"] > 0
     assert 0 < body["summary"]["utilization_pct"] <= 100
+
+
+def test_generated_runs_leave_the_rows_the_engine_leaves():
+    """Status changes and one row per planned step, as a run that went straight through."""
+    from clusters.history import generate_history
+    from clusters.remediation.models import Remediation
+    from clusters.remediation.plans import plan_for
+
+    cluster = cluster_with_nodes("d")
+    generate_history(cluster, 30, seed=4, fault_rate_per_gpu_day=0.02)
+    run = Remediation.objects.filter(node__cluster=cluster).first()
+
+    history = run.status_changes.order_by("at", "id").values_list("from_status", "to_status")
+    assert list(history) == [("", "running"), ("running", "succeeded")]
+    steps = run.steps.order_by("index")
+    assert [step.name for step in steps] == plan_for("replace") == run.planned_steps
+    assert {step.outcome for step in steps} == {"succeeded"}
+    assert steps.first().started_at == run.created_at
+    assert steps.last().finished_at == run.finished_at
