@@ -156,7 +156,7 @@ def open_pages(browser, portal: Portal, count: int) -> list[tuple[str, object, l
         page.add_init_script(OBSERVER)
         page.goto(f"{portal.url}{PATHS[kind]}")
         page.wait_for_function(
-            "document.getElementById('live-status')?.textContent === 'live'", timeout=30_000
+            "() => document.getElementById('live-status')?.textContent === 'live'", timeout=30_000
         )
         pages.append((kind, page, errors))
     return pages
