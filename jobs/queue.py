@@ -161,12 +161,11 @@ def _ordering(params: QueryDict, hidden: Q | None) -> list:
 def queue_page(user, params: QueryDict) -> Page:
     """One page of the queue; hidden jobs come out as HiddenJob, never as their row."""
     page = Paginator(queue_jobs(user, params), PAGE_SIZE).get_page(page_number(params))
+    jobs = list(page.object_list)
+    attach_lost_work(jobs)  # hidden jobs too: the queries are the page's, whatever it holds
     page.object_list = [
-        HiddenJob(job.slurm_id, job.partition, job.state) if job.hidden else job
-        for job in page.object_list
+        HiddenJob(job.slurm_id, job.partition, job.state) if job.hidden else job for job in jobs
     ]
-    shown = [job for job in page.object_list if not isinstance(job, HiddenJob)]
-    attach_lost_work(shown)
     return page
 
 

@@ -149,20 +149,23 @@ def lost_gpu_hours_by_job(jobs, *, now: datetime | None = None) -> dict[int, flo
     cause is looked up (that is the story's, one job at a time).
     """
     now = now or timezone.now()
+    jobs = list(jobs)
     restarted = {job.pk: job for job in jobs if job.restart_count}
     lost: dict[int, float | None] = {job.pk: None for job in jobs}
-    if not restarted:
+    if not jobs:
         return lost
-    changes, progress = defaultdict(list), defaultdict(list)
-    rows = JobStateChange.objects.filter(job_id__in=list(restarted)).order_by("job_id", "at", "id")
-    for change in rows:
+    # Asked for every job of the page, restarted or not, so that a page takes the
+    # same three queries whatever it holds.
+    page, changes, progress = [job.pk for job in jobs], defaultdict(list), defaultdict(list)
+    rows = JobStateChange.objects.filter(job_id__in=page, job__restart_count__gt=0)
+    for change in rows.order_by("job_id", "at", "id"):
         changes[change.job_id].append(change)
-    saves = JobProgress.objects.filter(job_id__in=list(restarted)).order_by("reported_at", "id")
-    for report in saves:
+    saves = JobProgress.objects.filter(job_id__in=page, job__restart_count__gt=0)
+    for report in saves.order_by("reported_at", "id"):
         progress[report.job_id].append(report)
     requeues = defaultdict(list)
     effects = RemediationJob.objects.filter(
-        slurm_job_id__in={job.slurm_id for job in restarted.values()}, effect=JobEffect.REQUEUED
+        slurm_job_id__in={job.slurm_id for job in jobs}, effect=JobEffect.REQUEUED
     )
     for effect in effects.values_list("slurm_job_id", "at"):
         requeues[effect[0]].append(effect[1])
