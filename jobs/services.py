@@ -19,7 +19,14 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
-from jobs.accounts import can_act_on_job, can_submit, redact_token, run_as_refusal, unix_user_for
+from jobs.accounts import (
+    can_act_on_job,
+    can_submit,
+    owns,
+    redact_token,
+    run_as_refusal,
+    unix_user_for,
+)
 from jobs.forms import stored_params
 from jobs.live import publish_jobs
 from jobs.models import (
@@ -144,6 +151,10 @@ def resubmit_job(user, job: Job, params: JobParams) -> Job:
     if not can_act_on_job(user, job):
         raise PermissionDenied("You may only resubmit your own jobs.")
     check_resubmittable(job)
+    if not owns(user, job) and not params.env_setup:
+        # The form never showed an admin the owner's set-up lines (they may hold
+        # secrets); left empty, the resubmission keeps them.
+        params = replace(params, env_setup=tuple((job.params or {}).get("env_setup") or ()))
     # An admin resubmitting a researcher's job runs it as that researcher, never as
     # the admin: files and quotas stay the researcher's.
     return submit_job(user, params, run_as=job.user)

@@ -13,6 +13,7 @@ from jobs.accounts import (
     can_submit,
     can_view_script,
     default_account_for,
+    owns,
     visible_params,
     visible_script,
 )
@@ -112,7 +113,15 @@ def resubmit(request, slurm_id: int):
     title = f"Resubmit job {job.slurm_id}"
     cluster = services.current_cluster()
     if request.method != "POST":
-        form = JobForm(initial=initial_from_params(job.params or _params_of(job)), cluster=cluster)
+        initial = initial_from_params(job.params or _params_of(job))
+        if not owns(request.user, job) and initial.pop("env_setup", ""):
+            # Set-up lines may hold secrets: only the owner sees them (services keep them).
+            messages.info(
+                request,
+                "The owner's environment set-up lines are kept, and not shown;"
+                " type lines to replace them.",
+            )
+        form = JobForm(initial=initial, cluster=cluster)
         return _form_page(request, form, title=title, action=action)
     form = JobForm(request.POST, cluster=cluster)
     if "save_template" in request.POST:

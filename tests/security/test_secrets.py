@@ -65,3 +65,25 @@ def test_an_admin_sees_the_script_with_its_set_up_lines_hidden(login, admin_user
     assert "#SBATCH" in script
     assert "# <hidden> set-up line" in script
     assert "SECRET_API_KEY" not in script
+
+
+def test_an_admins_resubmit_form_hides_the_owners_set_up_lines_and_keeps_them(
+    login, admin_user, secret_job, submissions
+):
+    """Seen: the resubmit form pre-filled an admin's page with the owner's set-up lines."""
+    admin = login(admin_user)
+
+    form = admin.get(f"/jobs/{secret_job}/resubmit").content.decode()
+    assert "sk-live-123" not in form
+    assert "set-up lines are kept" in form
+    page = admin.post(f"/jobs/{secret_job}/resubmit", {**_form_of(secret_job), "env_setup": ""})
+
+    assert page.status_code == 302, page.content.decode()[-2000:]
+    assert SECRET in submissions[-1].script  # kept for the job, never shown to the admin
+
+
+def _form_of(slurm_id: int) -> dict:
+    from jobs.forms import initial_from_params
+
+    data = initial_from_params(Job.objects.get(slurm_id=slurm_id).params)
+    return {key: value for key, value in data.items() if value is not None}
