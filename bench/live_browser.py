@@ -1,18 +1,23 @@
 """Live updates in real browsers: 20 Chromium pages and a burst of 200 changes.
 
-    python bench/live_browser.py [--pages 20] [--changes 200]
+    python bench/live_browser.py [--pages 20] [--changes 200] [--workers 0]
 
-Starts the browser tests' portal (tests/e2e/portal_server.py: the simulator,
-daphne, the in-memory channel layer, DEBUG off) and opens PAGES pages in
-Debian's Chromium, a third each on the board, the event feed and the job
-queue. It then makes CHANGES changes through the portal's own paths, as fast
-as the portal takes them: XIDs through the agent's parser and ingest (feed),
-jobs started by the simulator and reconciled by the sync (queue), and drains
-(board). Every change carries a unique marker; each page records, with a
-MutationObserver, when a marker of its kind appears in its DOM. Applied
-latency is that moment minus the moment the change was committed. Prints
-{"pages", "changes", "applied_ms_p50", "applied_ms_p95", "missed",
-"console_errors"}; missed counts (page, change) pairs never shown within 15 s.
+By default the pages are served by the browser tests' portal (one process:
+simulator, daphne, the in-memory layer, SQLite) and changed over its stdin.
+With `--workers N` they are served as in production by N `manage.py serve
+--no-sync` processes on the Redis channel layer and PostgreSQL (the database
+is created when missing), and this process makes the changes, as the Slurm
+sync and the agents' ingest do. Either way the changes go through the
+product's own paths on a simulated cluster: XIDs through the agent's parser
+and the real ingest (feed), jobs started by the simulator and reconciled by
+the sync (queue), and drains (board). PAGES
+pages in Debian's Chromium, a third each on the board, the event feed and the
+job queue, spread over the workers. Every change carries a unique marker;
+each page records, with a MutationObserver, when a marker of its kind appears
+in its DOM. Applied latency is that moment minus the moment the change was
+committed. Prints {"pages", "changes", "workers", "applied_ms_p50",
+"applied_ms_p95", "missed", "console_errors"}; missed counts (page, change)
+pairs never shown within 15 s.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from _setup import ROOT, percentile
+from _setup import ROOT, django_setup, percentile
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -41,6 +46,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 PASSWORD = "e2e-known-password-42"  # tests/e2e/portal_server.py's users
+BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_live"
 KINDS = ("board", "feed", "queue")
 PATHS = {"board": "/", "feed": "/health/events/", "queue": "/jobs/"}
 SETTLE_S = 15
@@ -139,22 +145,150 @@ class Portal:
         self.process.wait(timeout=10)
 
 
-def open_pages(browser, portal: Portal, count: int) -> list[tuple[str, object, list]]:
+class Cluster:
+    """The production-like set-up: daphne workers on Redis, changes made from here."""
+
+    def __init__(self, workers: int) -> None:
+        os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+        os.environ.setdefault("DATABASE_URL", bench_database_url())
+        django_setup()
+        from django.utils import timezone
+
+        from clusters.backends import registry
+        from clusters.backends.simulated import SimulatedCluster
+        from clusters.models import Cluster as ClusterRow
+        from clusters.sync import apply_snapshot
+        from portal.accounts import create_user_with_role
+        from portal.roles import Role
+
+        self.sim = SimulatedCluster.standard(
+            train=4, infer=1, spare=1, seed=3, prefix="bl", start=timezone.now()
+        )
+        self.sim.fault_rate_per_gpu_day = 0
+        registry.use(self.sim)
+        ClusterRow.objects.all().delete()  # a new simulator knows nothing of the last run
+        self.cluster = ClusterRow.objects.create(name="bench-live", backend="simulated")
+        apply_snapshot(self.cluster, self.sim.partitions(), self.sim.nodes(), self.sim.jobs())
+        create_user_with_role("admin", Role.ADMIN, PASSWORD)
+        self.log = Path(tempfile.mkdtemp(prefix="medbay-bench-live-")) / "workers.log"
+        self.procs, ports = start_workers(workers, self.log.open("w"))
+        self.urls = [f"http://127.0.0.1:{port}" for port in ports]
+        self.nodes = [f"bl-0{n}" for n in range(1, 5)]
+
+    def change(self, kind: str, number: int, marker: str) -> None:
+        from django.utils import timezone
+
+        from clusters.backends.base import JobSubmission
+        from clusters.backends.simulated import SimFault
+        from clusters.simulation import record_gpu_fault
+        from clusters.sync import apply_snapshot
+
+        node = self.nodes[number % len(self.nodes)]
+        if kind == "feed":
+            fault = SimFault(node, number % 8, 43, timezone.now(), f"stopped {marker}")
+            record_gpu_fault(self.cluster, fault)
+            return
+        if kind == "queue":
+            script = (
+                f"#!/bin/bash\n#SBATCH --job-name={marker}\n#SBATCH --partition=train\n"
+                "#SBATCH --nodes=1\n#SBATCH --gres=gpu:1\nsrun train.py\n"
+            )
+            self.sim.submit_job(JobSubmission(script=script, user="bob"))
+        else:
+            self.sim.drain_node(node, marker)
+        apply_snapshot(self.cluster, self.sim.partitions(), self.sim.nodes(), self.sim.jobs())
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+class SingleProcess:
+    """`--workers 0`: the browser tests' portal, changed over its stdin."""
+
+    def __init__(self) -> None:
+        self.portal = Portal()
+        self.urls = [self.portal.url]
+        self.nodes = [f"e2e-0{n}" for n in range(1, 5)]
+
+    def change(self, kind: str, number: int, marker: str) -> None:
+        node = self.nodes[number % len(self.nodes)]
+        if kind == "feed":
+            self.portal.command(
+                "xid", node=node, gpu=number % 8, xid=43, message=f"stopped {marker}"
+            )
+        elif kind == "queue":
+            self.portal.command("run_job", user="bob", name=marker, nodes=1, gpus=1)
+        else:
+            self.portal.command("drain", node=node, reason=marker)
+
+    def stop(self) -> None:
+        self.portal.stop()
+
+
+def bench_database_url() -> str:
+    """PostgreSQL's bench database, created when missing."""
+    import psycopg
+    from psycopg import sql
+
+    name = BENCH_DATABASE_URL.rsplit("/", 1)[1]
+    admin_url = BENCH_DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as connection:
+        exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        if not exists.fetchone():
+            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return BENCH_DATABASE_URL
+
+
+def start_workers(count: int, log) -> tuple[list[subprocess.Popen], list[int]]:
+    ports = []
+    for _ in range(count):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            ports.append(sock.getsockname()[1])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [
+        subprocess.Popen(
+            # What production's medbay-web units run: daphne serving the static files too.
+            [sys.executable, "manage.py", "serve", "--no-sync", "--addr", f"127.0.0.1:{port}"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )  # fmt: skip
+        for port in ports
+    ]
+    deadline = time.monotonic() + 60
+    for port in ports:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"daphne on port {port} did not start") from None
+                time.sleep(0.2)
+    return procs, ports
+
+
+def open_pages(browser, urls: list[str], count: int) -> list[tuple[str, object, list]]:
     pages = []
     for number in range(count):
         kind = KINDS[number % len(KINDS)]
+        url = urls[number % len(urls)]
         context = browser.new_context()
         page = context.new_page()
         errors: list[str] = []
         page.on("console", lambda m, errors=errors: m.type == "error" and errors.append(m.text))
         page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-        page.goto(f"{portal.url}/login/")
+        page.goto(f"{url}/login/")
         page.get_by_label("User name").fill("admin")
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Log in").click()
-        page.wait_for_url(f"{portal.url}/")
+        page.wait_for_url(f"{url}/")
         page.add_init_script(OBSERVER)
-        page.goto(f"{portal.url}{PATHS[kind]}")
+        page.goto(f"{url}{PATHS[kind]}")
         page.wait_for_function(
             "() => document.getElementById('live-status')?.textContent === 'live'", timeout=30_000
         )
@@ -162,20 +296,13 @@ def open_pages(browser, portal: Portal, count: int) -> list[tuple[str, object, l
     return pages
 
 
-def make_changes(portal: Portal, count: int) -> dict[str, tuple[str, float]]:
+def make_changes(target, count: int) -> dict[str, tuple[str, float]]:
     """marker -> (kind, committed at, ms since the epoch)."""
-    nodes = [f"e2e-0{n}" for n in range(1, 5)]
     made = {}
     for number in range(count):
         kind = KINDS[number % len(KINDS)]
         marker = f"mk-{number}-x"
-        node = nodes[number % len(nodes)]
-        if kind == "feed":
-            portal.command("xid", node=node, gpu=number % 8, xid=43, message=f"stopped {marker}")
-        elif kind == "queue":
-            portal.command("run_job", user="bob", name=marker, nodes=1, gpus=1)
-        else:
-            portal.command("drain", node=node, reason=marker)
+        target.change(kind, number, marker)
         made[marker] = (kind, time.time() * 1000)
     return made
 
@@ -184,17 +311,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=20)
     parser.add_argument("--changes", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    portal = Portal()
+    target = Cluster(args.workers) if args.workers else SingleProcess()
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(
                 executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
             )
-            pages = open_pages(browser, portal, args.pages)
-            made = make_changes(portal, args.changes)
+            pages = open_pages(browser, target.urls, args.pages)
+            # On a thread of its own: Playwright's sync API runs a loop on this one,
+            # where Django refuses database calls.
+            made = {}
+            thread = threading.Thread(
+                target=lambda: made.update(make_changes(target, args.changes))
+            )
+            thread.start()
+            thread.join()
             deadline = time.monotonic() + SETTLE_S
             latencies, missed, by_kind = [], 0, {kind: [] for kind in KINDS}
             for kind, page, _errors in pages:
@@ -224,12 +359,13 @@ def main() -> None:
                     print(f"{kind}: {error}", file=sys.stderr)
             browser.close()
     finally:
-        portal.stop()
+        target.stop()
     print(
         json.dumps(
             {
                 "pages": args.pages,
                 "changes": args.changes,
+                "workers": args.workers,
                 "applied_ms_p50": round(percentile(latencies, 50), 1) if latencies else None,
                 "applied_ms_p95": round(percentile(latencies, 95), 1) if latencies else None,
                 "missed": missed,
