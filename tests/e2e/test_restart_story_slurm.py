@@ -89,15 +89,6 @@ def workdir():
 
 
 @pytest.fixture
-def restore_nodes(slurm):
-    yield
-    for name in ("gpu-02", "gpu-05"):
-        info = next((n for n in slurm.nodes() if n.name == name), None)
-        if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
-            slurm.resume_node(name)
-
-
-@pytest.fixture
 def agent(slurm_portal, tmp_path):
     """Runs the real node agent for a node, following a kernel log file."""
     started = []

@@ -85,6 +85,23 @@ def slurm(minicluster):
     clean_up(backend)
 
 
+REPLACE_NODES = ("gpu-02", "gpu-05")  # the failing node and the spare of the replace tests
+
+
+def resume_replaced_nodes(backend: SlurmBackend) -> None:
+    """Back in service: the node a replace test failed and the spare it took."""
+    for name in REPLACE_NODES:
+        info = next((n for n in backend.nodes() if n.name == name), None)
+        if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
+            backend.resume_node(name)
+
+
+@pytest.fixture
+def restore_nodes(slurm):
+    yield
+    resume_replaced_nodes(slurm)
+
+
 def clean_up(backend: SlurmBackend) -> None:
     if not backend.controller_up():
         return

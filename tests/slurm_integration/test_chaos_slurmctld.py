@@ -25,6 +25,7 @@ from clusters.remediation.models import Remediation, StepOutcome, Trigger
 from clusters.remediation.services import create_run
 from clusters.remediation.transitions import RunStatus
 from clusters.sync import sync_once
+from tests.slurm_integration.conftest import resume_replaced_nodes
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.django_db]
@@ -90,10 +91,7 @@ def restore_nodes(slurm):
     yield
     if not slurm.controller_up():
         start_slurmctld(slurm)
-    for name in ("gpu-02", "gpu-05"):
-        info = next((n for n in slurm.nodes() if n.name == name), None)
-        if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
-            slurm.resume_node(name)
+    resume_replaced_nodes(slurm)
 
 
 def one_step(engine, run) -> None:

@@ -58,15 +58,6 @@ def folder():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def restore_nodes(slurm):
-    yield
-    for name in ("gpu-02", "gpu-05"):
-        info = next((n for n in slurm.nodes() if n.name == name), None)
-        if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
-            slurm.resume_node(name)
-
-
 def job_state(slurm, job_id: int):
     return slurm.job(job_id)
 
