@@ -105,6 +105,8 @@ class Timeline:
     events: list[Event] = field(default_factory=list)
     restarts: list[Restart] = field(default_factory=list)
     summary: str = ""
+    # Slurm's StartTime is this attempt's; a requeued job first started earlier.
+    first_started: datetime | None = None
 
 
 @dataclass
@@ -138,6 +140,9 @@ def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
     timeline.events = merge_events(facts)
     timeline.restarts = [explain_restart(facts, change) for change in restarts_in(changes)]
     timeline.summary = summarize(job, timeline.restarts)
+    timeline.first_started = next(
+        (change.at for change in changes if change.to_state == JobState.RUNNING), None
+    )
     return timeline
 
 
@@ -181,11 +186,18 @@ def lost_gpu_hours_by_job(jobs, *, now: datetime | None = None) -> dict[int, flo
 
 
 def _lost_at(facts: Facts, change, requeued_at: list[datetime]) -> float | None:
+    stopped_at, _resumed, checkpoint = _attempt_end(facts, change, requeued_at)
+    return _lost_gpu_hours(facts, stopped_at, checkpoint)
+
+
+def _attempt_end(facts: Facts, change, requeued_at: list[datetime]):
+    """How the attempt this restart ended stopped: when (the requeue that the sync saw
+    as this restart, else the restart row), the run that followed, if any, and the
+    checkpoint that run resumed from."""
     near = [at for at in requeued_at if change.at - MATCH_SLACK <= at <= change.at + CLOCK_SLACK]
     stopped_at = near[-1] if near else change.at
     resumed = _resumed_after(facts.changes, change)
-    checkpoint = _checkpoint_resumed_from(change, resumed, facts.progress)
-    return _lost_gpu_hours(facts, stopped_at, checkpoint)
+    return stopped_at, resumed, _checkpoint_resumed_from(change, resumed, facts.progress)
 
 
 def restarts_in(changes) -> list:
@@ -289,9 +301,8 @@ def _said(reason: str) -> bool:
 def explain_restart(facts: Facts, change) -> Restart:
     run = _run_that_requeued(facts.runs, change.at)
     restart = Restart(at=change.at, cause=Cause.UNKNOWN, run=run)
-    resumed = _resumed_after(facts.changes, change)
-    stopped_at = _requeued_at(run) or change.at
-    checkpoint = _checkpoint_resumed_from(change, resumed, facts.progress)
+    requeued_at = [e.at for e in run.effects if e.effect == JobEffect.REQUEUED] if run else []
+    stopped_at, resumed, checkpoint = _attempt_end(facts, change, requeued_at)
     if resumed is not None:
         restart.resumed_at, restart.resumed_nodes = resumed.at, list(resumed.node_names)
         restart.resumed_step = checkpoint.step if checkpoint else None
@@ -322,12 +333,6 @@ def _run_that_requeued(runs, at: datetime) -> Remediation | None:
         if effect.effect == JobEffect.REQUEUED and at - MATCH_SLACK <= effect.at <= at + CLOCK_SLACK
     ]
     return matching[-1] if matching else None
-
-
-def _requeued_at(run: Remediation | None) -> datetime | None:
-    if run is None:
-        return None
-    return next((e.at for e in run.effects if e.effect == JobEffect.REQUEUED), None)
 
 
 def _cause(facts: Facts, change, restart: Restart) -> tuple[str, str]:

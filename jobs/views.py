@@ -93,11 +93,8 @@ def _story_context(request, job) -> dict:
     timeline = build_timeline(job)
     lost = [r.lost_gpu_hours for r in timeline.restarts if r.lost_gpu_hours is not None]
     job.lost_gpu_hours = round(sum(lost), 2) if lost else None
-    first_run = job.state_changes.filter(to_state=JobState.RUNNING).order_by("at", "id").first()
     return {
         "job": job,
-        # Slurm's StartTime is this attempt's; a requeued job first started earlier.
-        "first_started": first_run.at if first_run else None,
         "progress": job.progress_reports.order_by("-reported_at", "-id")[:10],
         "timeline": timeline,
         "can_act": can_act_on_job(request.user, job),

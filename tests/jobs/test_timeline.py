@@ -414,3 +414,13 @@ def test_a_run_on_an_earlier_job_with_the_same_id_is_not_this_jobs(login, job, r
     events = timeline(login, researcher)["events"]
 
     assert [e for e in events if e["run"]] == []
+
+
+def test_a_requeued_job_waiting_to_start_again_shows_when_it_first_started(login, job, researcher):
+    Job.objects.filter(pk=job.pk).update(state="PENDING", start_at=None, restart_count=1)
+    history(job, ("RUNNING", "PENDING", at(10, 2)), restarts=1)
+
+    page = login(researcher).get("/jobs/1234/").content.decode()
+
+    assert "waiting to start again" in page
+    assert "<dt>First started</dt><dd>2026-03-01 09:00:00</dd>" in page
