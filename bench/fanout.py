@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from _setup import ROOT, django_setup, percentile, seed_cluster
@@ -30,13 +31,16 @@ BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_fanout"
 SQLITE_DATABASE_URL = "sqlite:////tmp/medbay-bench-fanout.sqlite3"
 
 
-def bench_database_url() -> str:
-    """PostgreSQL's bench database, created when missing; SQLite when PostgreSQL is down."""
+def bench_database_url(
+    url: str = BENCH_DATABASE_URL, fallback: str | None = SQLITE_DATABASE_URL
+) -> str:
+    """PostgreSQL's bench database URL, the database created when missing; FALLBACK
+    when PostgreSQL is down (None: fail)."""
     import psycopg
     from psycopg import sql
 
-    name = BENCH_DATABASE_URL.rsplit("/", 1)[1]
-    admin_url = BENCH_DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
+    name = url.rsplit("/", 1)[1]
+    admin_url = url.rsplit("/", 1)[0] + "/postgres"
     try:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as connection:
             exists = connection.execute(
@@ -45,8 +49,10 @@ def bench_database_url() -> str:
             if not exists:
                 connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     except psycopg.OperationalError:
-        return SQLITE_DATABASE_URL
-    return BENCH_DATABASE_URL
+        if fallback is None:
+            raise
+        return fallback
+    return url
 
 
 def free_port() -> int:
@@ -55,20 +61,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_workers(count: int, log) -> tuple[list[subprocess.Popen], list[int]]:
+def daphne_command(port: int) -> list[str]:
+    return [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+            "portal.asgi:application"]  # fmt: skip
+
+
+def start_workers(
+    count: int, log, command: Callable[[int], list[str]] = daphne_command
+) -> tuple[list[subprocess.Popen], list[int]]:
+    """COUNT server processes, each COMMAND(port), once they all listen."""
     ports = [free_port() for _ in range(count)]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "portal.asgi:application",
-            ],
+            command(port),
             cwd=ROOT,
             env=os.environ.copy(),
             stdout=subprocess.DEVNULL,

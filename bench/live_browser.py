@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ import time
 from pathlib import Path
 
 from _setup import ROOT, django_setup, percentile
+from fanout import bench_database_url, free_port, start_workers
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -95,9 +95,7 @@ class Lines:
 class Portal:
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="medbay-bench-live-"))
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
         env.update(
             DATABASE_URL=f"sqlite:///{self.folder / 'portal.sqlite3'}",
@@ -150,7 +148,7 @@ class Cluster:
 
     def __init__(self, workers: int) -> None:
         os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-        os.environ.setdefault("DATABASE_URL", bench_database_url())
+        os.environ.setdefault("DATABASE_URL", bench_database_url(BENCH_DATABASE_URL, fallback=None))
         django_setup()
         from django.utils import timezone
 
@@ -171,7 +169,7 @@ class Cluster:
         apply_snapshot(self.cluster, self.sim.partitions(), self.sim.nodes(), self.sim.jobs())
         create_user_with_role("admin", Role.ADMIN, PASSWORD)
         self.log = Path(tempfile.mkdtemp(prefix="medbay-bench-live-")) / "workers.log"
-        self.procs, ports = start_workers(workers, self.log.open("w"))
+        self.procs, ports = start_workers(workers, self.log.open("w"), serve_command)
         self.urls = [f"http://127.0.0.1:{port}" for port in ports]
         self.nodes = [f"bl-0{n}" for n in range(1, 5)]
 
@@ -227,49 +225,9 @@ class SingleProcess:
         self.portal.stop()
 
 
-def bench_database_url() -> str:
-    """PostgreSQL's bench database, created when missing."""
-    import psycopg
-    from psycopg import sql
-
-    name = BENCH_DATABASE_URL.rsplit("/", 1)[1]
-    admin_url = BENCH_DATABASE_URL.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as connection:
-        exists = connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
-        if not exists.fetchone():
-            connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return BENCH_DATABASE_URL
-
-
-def start_workers(count: int, log) -> tuple[list[subprocess.Popen], list[int]]:
-    ports = []
-    for _ in range(count):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            ports.append(sock.getsockname()[1])
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [
-        subprocess.Popen(
-            # What production's medbay-web units run: daphne serving the static files too.
-            [sys.executable, "manage.py", "serve", "--no-sync", "--addr", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )  # fmt: skip
-        for port in ports
-    ]
-    deadline = time.monotonic() + 60
-    for port in ports:
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"daphne on port {port} did not start") from None
-                time.sleep(0.2)
-    return procs, ports
+def serve_command(port: int) -> list[str]:
+    # What production's medbay-web units run: daphne serving the static files too.
+    return [sys.executable, "manage.py", "serve", "--no-sync", "--addr", f"127.0.0.1:{port}"]
 
 
 def open_pages(browser, urls: list[str], count: int) -> list[tuple[str, object, list]]:
