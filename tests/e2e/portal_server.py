@@ -44,7 +44,7 @@ def main(port: int) -> None:
 
     django.setup()
     cluster, sim = seed()
-    threading.Thread(target=follow_commands, args=(cluster, sim), daemon=True).start()
+    threading.Thread(target=follow_commands, args=(COMMANDS, cluster, sim), daemon=True).start()
     threading.Thread(target=run_engine, daemon=True).start()
     serve(port)
 
@@ -82,16 +82,17 @@ def seed():
     return cluster, sim
 
 
-def follow_commands(cluster, sim) -> None:
+def follow_commands(commands: dict, *context) -> None:
+    """Answer each stdin command with `commands[op](*context, command)`."""
     from django.db import connection
 
     for line in sys.stdin:
         try:
             command = json.loads(line)
-            handler = COMMANDS.get(command.get("op"))
+            handler = commands.get(command.get("op"))
             if handler is None:
                 raise ValueError(f"unknown op {command.get('op')!r}")
-            answer = handler(cluster, sim, command)
+            answer = handler(*context, command)
         except Exception as error:  # report to the test instead of dying silently
             print(f"E2E-ERROR {type(error).__name__}: {error}", flush=True)
         else:

@@ -13,7 +13,6 @@ user alice). Commands on stdin, answered E2E-ACK {json}:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.e2e.portal_server import PASSWORD, USERS, serve  # noqa: E402
+from tests.e2e.portal_server import PASSWORD, USERS, follow_commands, serve  # noqa: E402
 
 ENGINE_POLL_S = 0.2
 # The checkpoint grace of the train partition: long enough for a USR1 checkpoint,
@@ -36,7 +35,7 @@ def main(port: int) -> None:
 
     django.setup()
     seed()
-    threading.Thread(target=follow_commands, daemon=True).start()
+    threading.Thread(target=follow_commands, args=(COMMANDS,), daemon=True).start()
     serve(port)
 
 
@@ -73,21 +72,6 @@ def agent_token(command) -> dict:
 
 
 COMMANDS = {"agent_token": agent_token}
-
-
-def follow_commands() -> None:
-    from django.db import connection
-
-    for line in sys.stdin:
-        try:
-            command = json.loads(line)
-            answer = COMMANDS[command["op"]](command)
-        except Exception as error:  # report to the test instead of dying silently
-            print(f"E2E-ERROR {type(error).__name__}: {error}", flush=True)
-        else:
-            print("E2E-ACK" + (f" {json.dumps(answer)}" if answer else ""), flush=True)
-        finally:
-            connection.close()
 
 
 if __name__ == "__main__":
