@@ -65,11 +65,13 @@ def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _job_page_groups(user, slurm_id: int) -> list[str]:
-    from jobs.accounts import can_view_job
-    from jobs.models import Job
+    from django.http import Http404
 
-    job = Job.objects.filter(slurm_id=slurm_id, superseded=False).order_by("cluster_id").first()
-    if job is None or not can_view_job(user, job):
+    from jobs.queries import job_for
+
+    try:
+        job = job_for(user, slurm_id)  # the job page's own rule for who may see it
+    except Http404:
         return []
     return [live.job_page_group(job.cluster_id, slurm_id)]
 
