@@ -107,12 +107,9 @@ def is_mapped_researcher_account(unix_user: str) -> bool:
     )
 
 
-def run_as_refusal(unix_user: str) -> str | None:
-    """Why Medbay must not submit as `unix_user`, or None.
+def system_account_refusal(unix_user: str) -> str | None:
+    """Why `unix_user` can never be a researcher's account (root, a system uid), or None.
 
-    Slurm runs the script as whoever submits it: a job owned by root (the sync
-    records whatever squeue says) resubmitted by an admin would run as root, and
-    a system account (uid below MEDBAY_MIN_UID) holds what a researcher must not.
     An account this host does not know cannot be checked here; sbatch refuses it.
     """
     if not unix_user or unix_user == "root":
@@ -126,6 +123,20 @@ def run_as_refusal(unix_user: str) -> str | None:
             f"{unix_user!r} is a system account (uid {uid}, below {settings.MEDBAY_MIN_UID}); "
             f"Medbay only submits as a researcher's own Unix account."
         )
+    return None
+
+
+def run_as_refusal(unix_user: str) -> str | None:
+    """Why Medbay must not submit as `unix_user`, or None.
+
+    Slurm runs the script as whoever submits it: a job owned by root (the sync
+    records whatever squeue says) resubmitted by an admin would run as root, and
+    a system account (uid below MEDBAY_MIN_UID) holds what a researcher must not.
+    An account this host does not know cannot be checked here; sbatch refuses it.
+    """
+    reason = system_account_refusal(unix_user)
+    if reason:
+        return reason
     if not is_mapped_researcher_account(unix_user):
         return (
             f"{unix_user!r} is not the Unix account of any Medbay user; "
