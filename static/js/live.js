@@ -12,6 +12,9 @@
 // Either way a new row arrives in its place, a changed row changes, a row that
 // left (or no longer matches) leaves, and a page applies only what it shows;
 // a rendering older than the one shown (X-Live-Version) is never swapped in.
+// A push is morphed into the region (idiomorph: rows matched by id), so a
+// change touches only the rows that changed, and a burst of pushes is applied
+// at most once per PUSH_GAP_MS, as its newest rendering.
 // After every (re)connect each region fetches itself once, so nothing missed
 // while the socket was down is lost. #live-status says live, reconnecting or
 // offline.
@@ -21,6 +24,7 @@
   // MIN_GAP_MS while pokes keep coming (a burst costs a few fetches, not one
   // per change), and always once more after the last poke.
   var MIN_GAP_MS = 250;
+  var PUSH_GAP_MS = 100;
   var OFFLINE_AFTER_FAILURES = 3;
   var pending = new Set();
   var timer = null;
@@ -122,6 +126,25 @@
     }
   });
 
+  var pushes = {}; // region -> the newest push not yet applied
+  var pushTimer = null;
+  var lastPush = 0;
+
+  function queuePush(message) {
+    pushes[message.push] = message;
+    if (pushTimer === null) {
+      pushTimer = setTimeout(applyPushes, Math.max(0, lastPush + PUSH_GAP_MS - Date.now()));
+    }
+  }
+
+  function applyPushes() {
+    pushTimer = null;
+    lastPush = Date.now();
+    var waiting = pushes;
+    pushes = {};
+    Object.keys(waiting).forEach(function (name) { applyPush(waiting[name]); });
+  }
+
   function applyPush(message) {
     var name = message.push;
     var region = regionNamed(name);
@@ -133,7 +156,9 @@
     if (isStale(name, version)) {
       return;
     }
-    htmx.swap(region, message.html, {swapStyle: region.getAttribute("hx-swap") || "innerHTML"});
+    var style = region.getAttribute("hx-swap") === "outerHTML" ? "outerHTML" : "innerHTML";
+    Idiomorph.morph(region, message.html, {morphStyle: style});
+    htmx.process(regionNamed(name) || document.body);
   }
 
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
@@ -151,7 +176,7 @@
     if (Array.isArray(message.poke)) {
       refresh(message.poke);
     } else if (typeof message.push === "string" && typeof message.html === "string") {
-      applyPush(message);
+      queuePush(message);
     }
   });
 
