@@ -9,8 +9,8 @@ Medbay needs on top of it:
   down stops OIDC log-ins (with a clear page) and not the portal;
 - the person's claims become a `SiteIdentity` (user name, Unix account, roles
   from the mapped groups) applied by `portal.identity`, exactly as LDAP's are;
-- a local account (one with a password) is never taken over by a provider
-  account of the same name.
+- a local administrator account (staff or superuser, with a password) is never
+  taken over by a provider account of the same name.
 
 Off unless MEDBAY_OIDC_CLIENT_ID is set (see settings.py).
 """
@@ -163,11 +163,13 @@ class OIDCBackend(OIDCAuthenticationBackend):
 
     def update_user(self, user, claims):
         identity = identity_from_claims(claims)
-        if user.has_usable_password():
-            # Someone the provider calls "admin" must not become the local admin.
+        if (user.is_superuser or user.is_staff) and user.has_usable_password():
+            # Someone the provider calls "admin" must not become the local admin. Other
+            # local accounts are the site's people: the provider's roles replace theirs.
             raise IdentityRefused(
-                f"A local Medbay account named {user.get_username()!r} already exists; it "
-                f"logs in with its password, not through the identity provider."
+                f"A local Medbay administrator account named {user.get_username()!r} "
+                f"already exists; it logs in with its password, not through the identity "
+                f"provider."
             )
         apply_site_identity(user, identity)
         return user

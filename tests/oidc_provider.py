@@ -90,7 +90,7 @@ class Provider:
     def update(self, username: str, **fields) -> None:
         """Change what the provider says about a person (groups, posix_username, ...)."""
         people = json.loads(self.people_file.read_text())
-        people[username].update(fields)
+        people.setdefault(username, {"password": f"{username}-test-pw"}).update(fields)
         self._write(people)
 
     def reset_people(self) -> None:
@@ -150,3 +150,22 @@ def start_provider(folder: Path, port: int, redirects: list[str]) -> Provider:
     shutil.copyfile(PROVIDER / "people.json", provider.people_file)
     provider.start()
     return provider
+
+
+def sso_log_in(page, portal_url: str, username: str, *, provider_name: str = "Example Lab SSO"):
+    """Log in as a person would: the portal's button, then the provider's own form.
+
+    When the provider still has a session for this browser it sends it straight
+    back without the form, as a real single sign-on does.
+    """
+    from playwright.sync_api import expect
+
+    page.goto(f"{portal_url}/login/")
+    page.get_by_role("link", name=f"Log in with {provider_name}").click()
+    form = page.get_by_role("heading", name="Medbay test identity provider")
+    back = page.locator("header .who")
+    expect(form.or_(back).or_(page.locator("section.login h1"))).to_be_visible()
+    if form.is_visible():
+        page.get_by_label("Username").fill(username)
+        page.get_by_label("Password").fill(PASSWORDS.get(username, f"{username}-test-pw"))
+        page.get_by_role("button", name="Sign in").click()

@@ -98,7 +98,7 @@ function escape(text) {
 }
 
 function page(title, body) {
-  return `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>${escape(title)}</title></head><body>${body}</body></html>`;
+  return `<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>${escape(title)}</title></head><body>${body}</body></html>`;
 }
 
 function loginForm(uid, client, error = "") {

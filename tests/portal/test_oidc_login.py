@@ -162,17 +162,34 @@ def test_a_system_account_is_refused(client):
     assert "is a system account" in answer.content.decode()
 
 
-def test_a_local_account_is_not_taken_over_by_a_provider_account_of_the_same_name(
-    client, researcher
-):
-    answer = log_in(client, "alice")
+def test_a_local_admin_account_is_not_taken_over_by_a_provider_account_of_that_name(client):
+    from portal.accounts import create_user_with_role
+    from portal.roles import Role
+
+    create_user_with_role("dave", Role.ADMIN, "local-admin-password")
+
+    answer = log_in(client, "dave")
 
     assert answer.status_code == 403
-    assert "local Medbay account named &#x27;alice&#x27; already exists" in (
+    assert "local Medbay administrator account named &#x27;dave&#x27; already exists" in (
         answer.content.decode()
     )
     assert "_auth_user_id" not in client.session
     # ... and that account still logs in with its password.
+    assert client.login(username="dave", password="local-admin-password")
+
+
+def test_a_local_researcher_account_logs_in_through_the_provider_with_its_roles(
+    client, researcher, provider
+):
+    provider.set_groups("alice", ["leads"])
+
+    answer = log_in(client, "alice")
+
+    assert answer.status_code == 302
+    assert roles("alice") == {"manager"}
+    # Her local password still works too.
+    client.logout()
     assert client.login(username="alice", password="correct-horse-battery")
 
 
