@@ -26,7 +26,11 @@ const { values: opts } = parseArgs({
     people: { type: "string", default: new URL("people.json", import.meta.url).pathname },
     client: { type: "string", default: "medbay" },
     secret: { type: "string", default: "medbay-test-secret" },
-    redirect: { type: "string", multiple: true, default: ["http://127.0.0.1:8000/oidc/callback/"] },
+    redirect: {
+      type: "string",
+      multiple: true,
+      default: ["http://127.0.0.1:8000/oidc/callback/", "http://localhost:8000/oidc/callback/"],
+    },
   },
 });
 const issuer = opts.issuer || `http://localhost:${opts.port}`;
