@@ -23,7 +23,7 @@ from functools import lru_cache
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
 from django.db import transaction
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
@@ -49,6 +49,10 @@ ENDPOINTS = {
 
 class ProviderUnreachable(Exception):
     """The identity provider did not answer, or answered something that is not OIDC."""
+
+
+class TokenRejected(SuspiciousOperation):
+    """A signed ID token that was not issued by our provider to this portal."""
 
 
 def enabled() -> bool:
@@ -145,6 +149,19 @@ class OIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_RP_SIGN_ALGO = settings.OIDC_RP_SIGN_ALGO
         self.OIDC_RP_IDP_SIGN_KEY = None
         return super().authenticate(request, **kwargs)
+
+    def verify_token(self, token, **kwargs):
+        # The library checks the signature and the nonce, not who issued the token
+        # nor for whom; a site's provider serves many applications.
+        payload = super().verify_token(token, **kwargs)
+        audience = payload.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if self.OIDC_RP_CLIENT_ID not in audiences:
+            raise TokenRejected(f"ID token audience {audience!r} is not this portal")
+        issuer = settings.MEDBAY_OIDC_ISSUER
+        if issuer and payload.get("iss", "").rstrip("/") != issuer:
+            raise TokenRejected(f"ID token issuer {payload.get('iss')!r} is not {issuer!r}")
+        return payload
 
     def verify_claims(self, claims) -> bool:
         return bool(claim_text(claims, settings.MEDBAY_OIDC_USERNAME_CLAIM))

@@ -22,7 +22,13 @@ from mozilla_django_oidc.views import (
 )
 
 from portal.identity import IdentityRefused
-from portal.oidc_login import ProviderUnreachable, check_settings, enabled, endpoints
+from portal.oidc_login import (
+    ProviderUnreachable,
+    TokenRejected,
+    check_settings,
+    enabled,
+    endpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +107,14 @@ class LoginCallback(OIDCAuthenticationCallbackView):
             message = (
                 f"{provider_name()} would not complete this log-in (the log-in may have "
                 f"expired). Start again."
+            )
+            return failure(request, message, 502)
+        except TokenRejected as error:
+            log.error("OIDC ID token rejected: %s", error)
+            message = (
+                f"The answer from {provider_name()} was not issued for this portal (its "
+                f"issuer or audience does not match Medbay's settings). Tell your site's "
+                f"administrators."
             )
             return failure(request, message, 502)
         except SuspiciousOperation as error:  # nonce or signature checks

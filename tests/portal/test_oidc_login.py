@@ -259,6 +259,17 @@ def test_the_provider_down_at_the_callback_gets_a_clear_page(client, provider):
     assert "_auth_user_id" not in client.session
 
 
+def test_an_id_token_from_another_issuer_is_rejected(client, settings, provider):
+    # The same provider spelt differently: its tokens name http://localhost:PORT.
+    settings.MEDBAY_OIDC_ISSUER = f"http://127.0.0.1:{provider.port}"
+
+    answer = log_in(client, "alice")
+
+    assert answer.status_code == 502
+    assert "was not issued for this portal" in answer.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
 def test_the_log_in_page_offers_the_provider_only_when_it_is_configured(client, settings):
     page = client.get("/login/?next=/jobs/")
     assert "Log in with Example Lab SSO" in page.content.decode()
