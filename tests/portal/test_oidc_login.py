@@ -270,6 +270,32 @@ def test_an_id_token_from_another_issuer_is_rejected(client, settings, provider)
     assert "_auth_user_id" not in client.session
 
 
+def explicit_endpoints(settings, base: str) -> None:
+    settings.MEDBAY_OIDC_ISSUER = ""
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = f"{base}/auth"
+    settings.OIDC_OP_TOKEN_ENDPOINT = f"{base}/token"
+    settings.OIDC_OP_USER_ENDPOINT = f"{base}/me"
+    settings.OIDC_OP_JWKS_ENDPOINT = f"{base}/jwks"
+
+
+def test_a_provider_without_discovery_works_from_explicit_endpoints(client, settings, provider):
+    explicit_endpoints(settings, provider.issuer)
+
+    answer = log_in(client, "erin")
+
+    assert answer.status_code == 302
+    assert roles("erin") == {"manager"}
+
+
+def test_explicit_endpoints_down_give_a_clear_page_before_leaving_the_portal(client, settings):
+    explicit_endpoints(settings, f"http://127.0.0.1:{free_port()}")
+
+    answer = client.get("/oidc/authenticate/")
+
+    assert answer.status_code == 502
+    assert "could not be reached" in answer.content.decode()
+
+
 def test_the_log_in_page_offers_the_provider_only_when_it_is_configured(client, settings):
     page = client.get("/login/?next=/jobs/")
     assert "Log in with Example Lab SSO" in page.content.decode()
