@@ -125,7 +125,8 @@ class LoginCallback(OIDCAuthenticationCallbackView):
         request = self.request
         error = request.GET.get("error")
         if error:
-            description = request.GET.get("error_description", "")
+            # Shown escaped and cut short: anyone can craft this link.
+            description = request.GET.get("error_description", "")[:200]
             if error == "access_denied":
                 message = f"The log-in was cancelled or refused at {provider_name()}."
             else:
