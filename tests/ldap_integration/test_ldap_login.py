@@ -209,3 +209,27 @@ def test_failed_directory_log_ins_are_throttled_like_local_ones(use_directory, s
     assert response.status_code == 429
     assert "Too many failed log-in attempts" in response.content.decode()
     assert "_auth_user_id" not in client.session
+
+
+def test_the_api_token_endpoint_takes_the_directory_password_too(use_directory):
+    response = Client().post(
+        "/api/v1/auth/token/",
+        {"username": "alice", "password": password_of("alice")},
+        REMOTE_ADDR="10.1.0.9",
+    )
+
+    assert response.status_code == 200
+    assert response.json()["token"]
+    assert roles_of(user("alice")) == {Role.RESEARCHER}
+
+
+def test_a_directory_that_refuses_the_portal_s_search_account_is_not_a_wrong_password(
+    use_directory, caplog
+):
+    use_directory(MEDBAY_LDAP_BIND_PASSWORD="not-the-portal-password")
+
+    _, response = log_in("alice", password_of("alice"))
+
+    assert response.status_code == 200
+    assert "The site directory could not check this log-in" in response.content.decode()
+    assert "site directory error" in caplog.text  # the admin's clue, in the log
