@@ -13,6 +13,8 @@ Why a log-in was refused, when the directory knows it, is left on the request
 - the person is in a deny group (MEDBAY_LDAP_DENY_GROUPS): said only after their
   password was right, as Django says "inactive";
 - portal.identity refuses the mapping (a researcher without a Unix account, root).
+The last two are final (PermissionDenied ends Django's backend loop): a local
+account of the same name must not let in someone the site keeps out.
 
 The backend sits after axes' (settings.AUTHENTICATION_BACKENDS), so directory
 log-ins are throttled like local ones.
@@ -25,7 +27,7 @@ import logging
 
 import ldap
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django_auth_ldap.backend import LDAPBackend, ldap_error
 
 from portal.identity import (
@@ -49,8 +51,9 @@ DIRECTORY_FAILED = (
 )
 DISABLED = "This account is disabled in the site directory."
 
-# What went wrong in the log-in now being checked (one per thread or task).
-_problem: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+# What went wrong in the log-in now being checked (one per thread or task), and
+# whether it is final: the directory knew the person and keeps them out.
+_problem: contextvars.ContextVar[list[tuple[str, bool]] | None] = contextvars.ContextVar(
     "medbay_ldap_problem", default=None
 )
 
@@ -69,10 +72,10 @@ def check_settings() -> None:
     role_map()
 
 
-def _report(message: str) -> None:
+def _report(message: str, *, final: bool = False) -> None:
     problems = _problem.get()
     if problems is not None:
-        problems.append(message)
+        problems.append((message, final))
 
 
 def _on_ldap_error(sender, context, user, request, exception, **kwargs) -> None:
@@ -98,22 +101,29 @@ class DirectoryBackend(LDAPBackend):
     """django-auth-ldap's backend, mapped to Medbay's roles and Unix accounts."""
 
     def authenticate(self, request, username=None, password=None, **kwargs):
-        problems: list[str] = []
+        problems: list[tuple[str, bool]] = []
         token = _problem.set(problems)
         try:
             user = super().authenticate(request, username=username, password=password, **kwargs)
         finally:
             _problem.reset(token)
-        if user is None and problems and request is not None:
-            request.medbay_login_problem = problems[0]
-        return user
+        if user is not None or not problems:
+            return user
+        message, final = problems[0]
+        if request is not None:
+            request.medbay_login_problem = message
+        if final:
+            # The password was right and the site keeps this person out: a local
+            # account of the same name must not let them in after all.
+            raise PermissionDenied(message)
+        return None
 
     def get_or_build_user(self, username, ldap_user):
         # Called after the password was checked and before the user row is written.
         denied = {normalise_group(dn) for dn in settings.MEDBAY_LDAP_DENY_GROUPS}
         if denied & {normalise_group(dn) for dn in ldap_user.group_dns}:
             self._take_roles_away(username)
-            _report(DISABLED)
+            _report(DISABLED, final=True)
             raise ldap_user.AuthenticationFailed("in a deny group (MEDBAY_LDAP_DENY_GROUPS)")
         return super().get_or_build_user(username, ldap_user)
 
@@ -125,7 +135,7 @@ class DirectoryBackend(LDAPBackend):
             apply_site_identity(user, self.identity(user, ldap_user))
         except IdentityRefused as refused:
             log.warning("directory log-in of %s refused: %s", user.get_username(), refused)
-            _report(str(refused))
+            _report(str(refused), final=True)
             return None
         return user
 

@@ -139,6 +139,17 @@ def test_a_disabled_account_s_earlier_portal_user_loses_its_roles(use_directory,
     assert "_auth_user_id" not in client.session
 
 
+def test_a_local_account_of_the_same_name_does_not_let_in_someone_the_directory_disabled(
+    use_directory,
+):
+    get_user_model().objects.create_user("frank", password=password_of("frank"))
+
+    client, response = log_in("frank", password_of("frank"))
+
+    assert "disabled in the site directory" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
 def test_the_wrong_password_of_a_disabled_account_says_nothing_about_it(use_directory):
     _, response = log_in("frank", "guess")
 
