@@ -12,7 +12,9 @@ Why a log-in was refused, when the directory knows it, is left on the request
   backend checks, still log in;
 - the person is in a deny group (MEDBAY_LDAP_DENY_GROUPS): said only after their
   password was right, as Django says "inactive";
-- portal.identity refuses the mapping (a researcher without a Unix account, root).
+- portal.identity refuses the mapping (a researcher without a Unix account, root);
+- the name is a local administrator's (staff or superuser with a password), which
+  a directory account never takes over (as portal/oidc_login.py).
 The last two are final (PermissionDenied ends Django's backend loop): a local
 account of the same name must not let in someone the site keeps out.
 
@@ -125,7 +127,16 @@ class DirectoryBackend(LDAPBackend):
             self._take_roles_away(username)
             _report(DISABLED, final=True)
             raise ldap_user.AuthenticationFailed("in a deny group (MEDBAY_LDAP_DENY_GROUPS)")
-        return super().get_or_build_user(username, ldap_user)
+        user, built = super().get_or_build_user(username, ldap_user)
+        if not built and (user.is_superuser or user.is_staff) and user.has_usable_password():
+            # As for OIDC: someone the directory calls "admin" must not become the local
+            # admin. Not final: the local account's own password is checked next.
+            _report(
+                f"A local Medbay administrator account named {user.get_username()!r} already "
+                f"exists; it logs in with its own password, not the directory's."
+            )
+            raise ldap_user.AuthenticationFailed("a local administrator account of that name")
+        return user, built
 
     def authenticate_ldap_user(self, ldap_user, password):
         user = super().authenticate_ldap_user(ldap_user, password)

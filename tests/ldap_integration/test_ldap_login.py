@@ -244,3 +244,18 @@ def test_a_directory_that_refuses_the_portal_s_search_account_is_not_a_wrong_pas
     assert response.status_code == 200
     assert "The site directory could not check this log-in" in response.content.decode()
     assert "site directory error" in caplog.text  # the admin's clue, in the log
+
+
+def test_a_directory_account_never_takes_over_a_local_administrator_of_its_name(use_directory):
+    from portal.accounts import create_user_with_role
+
+    create_user_with_role("dave", Role.ADMIN, PASSWORD)  # a local admin, before the directory
+
+    _, with_directory_password = log_in("dave", password_of("dave"))
+    _, with_local_password = log_in("dave", PASSWORD)
+
+    assert "A local Medbay administrator account named &#x27;dave&#x27; already exists" in (
+        with_directory_password.content.decode()
+    )
+    assert with_local_password.status_code == 302
+    assert user("dave").has_usable_password()
