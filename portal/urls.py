@@ -7,7 +7,7 @@ from rest_framework.routers import DefaultRouter
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
 from portal.metrics import metrics_view
-from portal.views_auth import ThrottledObtainAuthToken
+from portal.views_auth import LoginForm, ThrottledObtainAuthToken
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -31,7 +31,7 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(authentication_form=LoginForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/", include("portal.views_oidc")),
     path("admin/", admin.site.urls),

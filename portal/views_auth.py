@@ -15,6 +15,8 @@ from datetime import timedelta
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
+from django.core import exceptions as django_exceptions
 from django.http import JsonResponse
 from django.shortcuts import render
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -88,3 +90,26 @@ class ThrottlingBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username, password, **kwargs)
+
+
+class LoginForm(AuthenticationForm):
+    """Django's log-in form, which says why when a backend knows why it refused.
+
+    A backend that knows (the site directory is down, the account is disabled
+    there: portal/ldap_login.py) leaves `request.medbay_login_problem`; anything
+    else reads as a wrong name or password.
+    """
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": "Your user name and password didn't match. Please try again.",
+    }
+
+    def clean(self):
+        try:
+            return super().clean()
+        except django_exceptions.ValidationError:
+            problem = getattr(self.request, "medbay_login_problem", None)
+            if problem:
+                raise django_exceptions.ValidationError(problem, code="login_problem") from None
+            raise
