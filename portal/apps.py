@@ -17,3 +17,9 @@ class PortalConfig(AppConfig):
             from portal import ldap_login
 
             ldap_login.check_settings()
+        if settings.MEDBAY_OIDC_ENABLED:
+            from portal import oidc_login
+
+            # A role map naming no role or no group stops start-up, as LDAP's does,
+            # instead of failing at the first person's log-in.
+            oidc_login.role_map()
