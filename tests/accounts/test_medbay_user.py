@@ -134,18 +134,6 @@ def test_disable_stops_log_in_and_api_tokens_and_enable_lets_them_log_in_again(r
     assert client.get("/api/v1/nodes/").status_code == 401
 
 
-def test_disable_closes_the_users_open_live_sockets(
-    researcher, monkeypatch, django_capture_on_commit_callbacks
-):
-    from portal import live
-
-    closed = []
-    monkeypatch.setattr(live, "close_sockets", lambda group, code: closed.append((group, code)))
-    with django_capture_on_commit_callbacks(execute=True):
-        medbay_user("disable", "alice")
-    assert closed == [(live.user_group(researcher.pk), 4401)]
-
-
 def test_list_shows_roles_unix_account_active_and_last_log_in(researcher, manager):
     medbay_user("add", "carol", "--role", "researcher", "--unix-user", "bob")
     medbay_user("disable", "carol")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 try:
@@ -108,3 +110,34 @@ def test_only_admins_reach_the_agent_tokens_page(page, portal, role):
     response = page.goto(f"{portal.url}/health/agents/")
     assert response.status == 403
     expect(page.locator("main")).to_contain_text("You do not have permission")
+
+
+def test_a_disabled_person_is_logged_out_everywhere_at_once(page, portal):
+    """medbay_user disable: the open board stops, their token is refused, log-in fails."""
+    from tests.e2e.conftest import WATCH_SOCKET, wait_for_socket
+
+    output = portal.command("medbay_user", args=["add", "carol", "--role", "manager"])["output"]
+    password = output.split("Password: ", 1)[1].split()[0]
+    problems = watch_for_problems(page)
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "carol", password)
+    page.goto(f"{portal.url}/account/tokens/")
+    page.get_by_label("Name").fill("carol's script")
+    page.get_by_role("button", name="Create token").click()
+    token = page.locator("#new-token-value").inner_text().strip()
+    page.goto(f"{portal.url}/")
+    wait_for_socket(page)
+    expect(page.locator("#live-status")).to_have_text("live")
+
+    said = portal.command("medbay_user", args=["disable", "carol"])["output"]
+    assert "revoked 1 API token" in said
+
+    expect(page.locator("#live-status")).to_have_text("offline")
+    expect(page.locator("#live-status")).to_have_attribute("title", re.compile("logged out"))
+    assert api_status(page, portal, token) == 401
+    page.goto(f"{portal.url}/")
+    expect(page).to_have_url(re.compile(r"/login/"))
+    log_in(page, portal, "carol", password)
+    expect(page.locator(".error-text")).to_contain_text("didn't match")
+    problems.errors = [e for e in problems.errors if "/api/v1/nodes/" not in e]
+    problems.assert_none()
