@@ -143,3 +143,13 @@ def test_list_shows_roles_unix_account_active_and_last_log_in(researcher, manage
     assert rows["carol"][1:4] == ["researcher", "bob", "no"]
     assert rows["alice"][1:5] == ["researcher", "alice", "yes", "never"]
     assert rows["manager"][1] == "manager"
+
+
+def test_a_researcher_without_a_unix_account_on_this_host_gets_a_warning_not_an_error():
+    err = io.StringIO()
+    call_command(
+        "medbay_user", "add", "gina", "--role", "researcher", "--unix-user", "no-such-unix-user-x",
+        stdout=io.StringIO(), stderr=err,
+    )  # fmt: skip
+    assert "no Unix account 'no-such-unix-user-x'" in err.getvalue()
+    assert get_user_model().objects.filter(username="gina").exists()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import getpass
+import pwd
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
 from portal import accounts
+from portal.roles import Role
 
 
 def _actor() -> str:
@@ -69,9 +71,23 @@ class Command(BaseCommand):
             password=given,
         )
         self.stdout.write(f"Created {user.username} ({', '.join(sorted(roles))}).")
+        self._warn_if_unknown_here(options["unix_user"] or user.username, roles)
         if given is None:
             # Printed once, to the terminal of whoever ran the command; never logged.
             self.stdout.write(f"Password: {password}")
+
+    def _warn_if_unknown_here(self, unix_user: str, roles) -> None:
+        # Not an error: the portal's host need not know every node's accounts,
+        # but on a one-host cluster a typo would only show at the first sbatch.
+        if Role.RESEARCHER not in roles:
+            return
+        try:
+            pwd.getpwnam(unix_user)
+        except KeyError:
+            self.stderr.write(
+                f"Warning: this host has no Unix account {unix_user!r}; "
+                f"Slurm will refuse jobs unless the cluster's nodes know it."
+            )
 
     def _set_role(self, options) -> None:
         roles = accounts.parse_roles(options["role"])
