@@ -276,6 +276,54 @@ AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
 
+# OpenID Connect log-in (portal/oidc_login.py, portal/views_oidc.py; mozilla-django-oidc).
+# On when MEDBAY_OIDC_CLIENT_ID is set; unset, the log-in page and the tests are unchanged.
+# Endpoints come from the issuer's discovery document unless all four are given.
+MEDBAY_OIDC_CLIENT_ID = env_str("MEDBAY_OIDC_CLIENT_ID")
+MEDBAY_OIDC_ENABLED = bool(MEDBAY_OIDC_CLIENT_ID)
+MEDBAY_OIDC_ISSUER = env_str("MEDBAY_OIDC_ISSUER").rstrip("/")
+MEDBAY_OIDC_NAME = env_str("MEDBAY_OIDC_NAME", "single sign-on")  # "Log in with <name>"
+# `researcher=ml-users;admin=hpc-admins;manager=leads`, matched against the groups claim.
+MEDBAY_OIDC_ROLE_GROUPS = env_str("MEDBAY_OIDC_ROLE_GROUPS") or env_str("MEDBAY_OIDC_ROLE_CLAIMS")
+MEDBAY_OIDC_GROUPS_CLAIM = env_str("MEDBAY_OIDC_GROUPS_CLAIM", "groups")
+MEDBAY_OIDC_USERNAME_CLAIM = env_str("MEDBAY_OIDC_USERNAME_CLAIM", "preferred_username")
+MEDBAY_OIDC_UNIX_USER_CLAIM = env_str("MEDBAY_OIDC_UNIX_USER_CLAIM", "preferred_username")
+OIDC_RP_CLIENT_ID = MEDBAY_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = env_str("MEDBAY_OIDC_CLIENT_SECRET")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("MEDBAY_OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("MEDBAY_OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("MEDBAY_OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("MEDBAY_OIDC_JWKS_URI")  # with the other three, no discovery
+OIDC_RP_SIGN_ALGO = env_str("MEDBAY_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("MEDBAY_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+# How the client secret reaches the token endpoint: HTTP Basic (most providers) or the form.
+OIDC_TOKEN_USE_BASIC_AUTH = (
+    env_choice("MEDBAY_OIDC_TOKEN_AUTH", "basic", ("basic", "post")) != "post"
+)
+# Without a timeout a provider that accepts the connection and never answers hangs a worker.
+OIDC_TIMEOUT = env_float("MEDBAY_OIDC_TIMEOUT_S", 10.0)
+if MEDBAY_OIDC_ENABLED:
+    if not OIDC_RP_CLIENT_SECRET:
+        raise ImproperlyConfigured(
+            "MEDBAY_OIDC_CLIENT_ID is set; set MEDBAY_OIDC_CLIENT_SECRET too"
+        )
+    if not MEDBAY_OIDC_ISSUER and not all(
+        (
+            OIDC_OP_AUTHORIZATION_ENDPOINT,
+            OIDC_OP_TOKEN_ENDPOINT,
+            OIDC_OP_USER_ENDPOINT,
+            OIDC_OP_JWKS_ENDPOINT,
+        )
+    ):
+        raise ImproperlyConfigured(
+            "MEDBAY_OIDC_CLIENT_ID is set: set MEDBAY_OIDC_ISSUER too, or all of "
+            "MEDBAY_OIDC_AUTHORIZATION_ENDPOINT, MEDBAY_OIDC_TOKEN_ENDPOINT, "
+            "MEDBAY_OIDC_USERINFO_ENDPOINT and MEDBAY_OIDC_JWKS_URI"
+        )
+    AUTHENTICATION_BACKENDS.append("portal.oidc_login.OIDCBackend")
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.views_oidc.login_button")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -34,6 +34,7 @@ api_patterns = [
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("oidc/", include("portal.views_oidc")),
     path("admin/", admin.site.urls),
     path("account/tokens/", api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", api_token_revoke, name="api-token-revoke"),

@@ -49,6 +49,9 @@ ACCESS: dict[str, Access] = {
     # address; other addresses are tested in tests/portal/test_metrics.py).
     "login": page(get=EVERYONE, post=EVERYONE),
     "logout": page(post=EVERYONE),
+    # OpenID Connect log-in (when off, both send to the log-in page).
+    "oidc_authentication_init": page(get=EVERYONE),
+    "oidc_authentication_callback": page(get=EVERYONE),
     "healthz": page(get=EVERYONE, post=EVERYONE),
     "metrics": page(get=EVERYONE),
     # Board, nodes and health.
