@@ -8,6 +8,7 @@ from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
 from portal.metrics import metrics_view
 from portal.views_auth import LoginForm, ThrottledObtainAuthToken
+from portal.views_tokens import api_token_revoke, api_tokens
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -35,6 +36,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/", include("portal.views_oidc")),
     path("admin/", admin.site.urls),
+    path("account/tokens/", api_tokens, name="api-tokens"),
+    path("account/tokens/<int:token_id>/revoke/", api_token_revoke, name="api-token-revoke"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),

@@ -255,6 +255,17 @@ def superuser(cluster, sim, command) -> dict:
     return {"pk": user.pk}
 
 
+def medbay_user(cluster, sim, command) -> dict:
+    """`manage.py medbay_user ARGS` inside the portal, whose sockets a disable must close."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("medbay_user", *command["args"], stdout=out)
+    return {"output": out.getvalue()}
+
+
 COMMANDS = {
     "sync": sync,
     "drain": drain,
@@ -269,6 +280,7 @@ COMMANDS = {
     "progress": progress,
     "history": history,
     "superuser": superuser,
+    "medbay_user": medbay_user,
 }
 
 
