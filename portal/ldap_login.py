@@ -109,6 +109,11 @@ class DirectoryBackend(LDAPBackend):
             user = super().authenticate(request, username=username, password=password, **kwargs)
         finally:
             _problem.reset(token)
+        if user is not None and not user.is_active:
+            # Disabled in Medbay (`medbay_user disable`): the directory's yes does
+            # not undo it, on the log-in page or at the API's token endpoint.
+            problems.insert(0, ("This account is disabled in Medbay.", True))
+            user = None
         if user is not None or not problems:
             return user
         message, final = problems[0]

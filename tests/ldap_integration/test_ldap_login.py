@@ -259,3 +259,22 @@ def test_a_directory_account_never_takes_over_a_local_administrator_of_its_name(
     )
     assert with_local_password.status_code == 302
     assert user("dave").has_usable_password()
+
+
+def test_someone_disabled_in_medbay_cannot_log_in_with_their_directory_password(use_directory):
+    """`medbay_user disable` holds for directory people too: no session and no API token."""
+    from portal.accounts import disable_user
+
+    log_in("alice", password_of("alice"))
+    disable_user("alice", by="test")
+
+    client, response = log_in("alice", password_of("alice"))
+    assert response.status_code == 200
+    assert "This account is disabled in Medbay." in response.content.decode()
+    assert "_auth_user_id" not in client.session
+    token = Client().post(
+        "/api/v1/auth/token/",
+        {"username": "alice", "password": password_of("alice")},
+        REMOTE_ADDR="10.9.0.2",
+    )
+    assert token.status_code == 400, token.content
