@@ -138,6 +138,13 @@ def remediation(report: Report) -> list[go.Figure]:
     return [_figure("Runs by action and trigger", traces, barmode="stack")]
 
 
+def accounting(report: Report) -> list[go.Figure]:
+    table = report.table()
+    names = [str(row["group"]) or "(none)" for row in table.rows]
+    traces = [go.Bar(x=names, y=[row["gpu_h"] for row in table.rows], name="GPU-h")]
+    return [_figure(table.title, traces, yaxis={"title": "GPU-h"})]
+
+
 BUILDERS = {
     "utilization": utilization,
     "training_share": training_share,
@@ -145,6 +152,7 @@ BUILDERS = {
     "reliability": reliability,
     "goodput": goodput,
     "remediation": remediation,
+    "accounting": accounting,
 }
 
 

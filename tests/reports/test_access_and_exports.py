@@ -15,7 +15,15 @@ from tests.reports.conftest import RANGE, at
 
 pytestmark = pytest.mark.django_db
 
-NAMES = ["utilization", "training_share", "availability", "reliability", "goodput", "remediation"]
+NAMES = [
+    "utilization",
+    "training_share",
+    "availability",
+    "reliability",
+    "goodput",
+    "remediation",
+    "accounting",
+]
 
 
 def logged_in(user) -> Client:
