@@ -17,6 +17,7 @@ every attempt of a requeued job lands on the same Job.
 
 from __future__ import annotations
 
+import json
 import logging
 from bisect import bisect_right
 from collections import defaultdict
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from clusters.backends.base import AccountingRecord, ClusterBackend
@@ -112,48 +113,88 @@ def import_accounting(
 
 def store_records(cluster, records: Sequence[AccountingRecord]) -> int:
     """Upserts RECORDS; returns how many were matched to one of Medbay's jobs."""
+    # sacct may list an attempt twice (a job that moved between windows' edges):
+    # one INSERT ... ON CONFLICT must not touch a row twice, so the last one wins.
+    unique = list({(record.job_id, record.submit_time): record for record in records}.values())
     matched = 0
-    for offset in range(0, len(records), BATCH):
-        batch = records[offset : offset + BATCH]
-        ids = {record.job_id for record in batch}
-        jobs = medbay_jobs(cluster, ids)
+    for offset in range(0, len(unique), BATCH):
+        batch = unique[offset : offset + BATCH]
+        jobs = medbay_jobs(cluster, {record.job_id for record in batch})
         restarts = restarts_before(cluster, batch)
         rows = []
         now = timezone.now()
         for record in batch:
             job_id = match_job(jobs.get(record.job_id, ()), record.submit_time)
             matched += job_id is not None
-            rows.append(row_for(cluster, record, job_id, restarts, now))
-        AccountingJob.objects.bulk_create(
-            rows,
-            update_conflicts=True,
-            unique_fields=["cluster", "slurm_id", "submit_at"],
-            update_fields=UPDATED_FIELDS,
-        )
+            rows.append(row_values(cluster.pk, record, job_id, restarts, now))
+        upsert(rows)
     return matched
 
 
-def row_for(cluster, record: AccountingRecord, job_id, restarts: dict, now) -> AccountingJob:
-    return AccountingJob(
-        cluster=cluster,
-        slurm_id=record.job_id,
-        submit_at=record.submit_time,
-        job_id=job_id,
-        name=record.name[:255],
-        user=record.user[:64],
-        account=record.account[:64],
-        partition=record.partition[:64],
-        qos=record.qos[:64],
-        state=record.state[:16],
-        start_at=record.start_time,
-        end_at=record.end_time,
-        elapsed_s=max(0, record.elapsed_s),
-        gpus=max(0, record.gpus),
-        node_names=list(record.nodes),
-        exit_code=record.exit_code,
-        restarts=restarts.get((record.job_id, record.submit_time), 0),
-        imported_at=now,
+COLUMNS = [
+    "cluster_id",
+    "slurm_id",
+    "submit_at",
+    *(f"{name}_id" if name == "job" else name for name in UPDATED_FIELDS),
+]
+
+
+def row_values(cluster_id, record: AccountingRecord, job_id, restarts: dict, now) -> tuple:
+    """One row in COLUMNS order, cut to the columns' lengths."""
+    return (
+        cluster_id,
+        record.job_id,
+        record.submit_time,
+        job_id,
+        record.name[:255],
+        record.user[:64],
+        record.account[:64],
+        record.partition[:64],
+        record.qos[:64],
+        record.state[:16],
+        record.start_time,
+        record.end_time,
+        max(0, record.elapsed_s),
+        max(0, record.gpus),
+        list(record.nodes),
+        record.exit_code,
+        restarts.get((record.job_id, record.submit_time), 0),
+        now,
     )
+
+
+def upsert(rows: list[tuple]) -> None:
+    if connection.vendor == "postgresql":
+        upsert_with_copy(rows)
+        return
+    AccountingJob.objects.bulk_create(
+        [AccountingJob(**dict(zip(COLUMNS, row, strict=True))) for row in rows],
+        update_conflicts=True,
+        unique_fields=["cluster", "slurm_id", "submit_at"],
+        update_fields=UPDATED_FIELDS,
+    )
+
+
+def upsert_with_copy(rows: list[tuple]) -> None:
+    """PostgreSQL: COPY into a temporary table, then one INSERT ... ON CONFLICT.
+
+    The ORM's bulk_create spent ~150 µs a row preparing parameters, which held a
+    year's import of a large cluster to ~2,000 rows a second; COPY does not."""
+    # Identifiers only, all from this module and the model: nothing from Slurm is spliced in.
+    table = AccountingJob._meta.db_table
+    columns = ", ".join(f'"{name}"' for name in COLUMNS)
+    updates = ", ".join(f'"{name}" = EXCLUDED."{name}"' for name in COLUMNS[3:])
+    with connection.cursor() as cursor:
+        like = f"SELECT {columns} FROM {table} WITH NO DATA"  # noqa: S608
+        cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS accounting_incoming AS {like}")
+        cursor.execute("TRUNCATE accounting_incoming")
+        with cursor.copy(f"COPY accounting_incoming ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((*row[:14], json.dumps(row[14]), *row[15:]))
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) SELECT {columns} FROM accounting_incoming "  # noqa: S608
+            f'ON CONFLICT ("cluster_id", "slurm_id", "submit_at") DO UPDATE SET {updates}'
+        )
 
 
 def medbay_jobs(cluster, ids: Iterable[int]) -> dict[int, list[tuple[datetime | None, int]]]:

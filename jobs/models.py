@@ -81,7 +81,12 @@ class Job(models.Model):
                 name="one_current_job_per_slurm_id",
             )
         ]
-        indexes = [models.Index(fields=["state"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            # Every row with an id, superseded ones too (the unique index above is
+            # partial): the accounting import matches its records by this.
+            models.Index(fields=["cluster", "slurm_id"], name="jobs_job_cluster_slurm_id"),
+        ]
         ordering = ["-slurm_id"]
 
     def __str__(self) -> str:
