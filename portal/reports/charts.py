@@ -145,6 +145,17 @@ def accounting(report: Report) -> list[go.Figure]:
     return [_figure(table.title, traces, yaxis={"title": "GPU-h"})]
 
 
+def lemons(report: Report) -> list[go.Figure]:
+    table = report.table("nodes")
+    rows = table.rows[:20]
+    names = [row["node"] for row in rows]
+    traces = [
+        go.Bar(x=names, y=[row["faults"] for row in rows], name="faults"),
+        go.Bar(x=names, y=[row["expected"] for row in rows], name="expected at the fleet's rate"),
+    ]
+    return [_figure("Faults against the fleet's rate", traces, yaxis={"title": "faults"})]
+
+
 BUILDERS = {
     "utilization": utilization,
     "training_share": training_share,
@@ -153,6 +164,7 @@ BUILDERS = {
     "goodput": goodput,
     "remediation": remediation,
     "accounting": accounting,
+    "lemons": lemons,
 }
 
 

@@ -23,6 +23,7 @@ NAMES = [
     "goodput",
     "remediation",
     "accounting",
+    "lemons",
 ]
 
 
