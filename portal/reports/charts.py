@@ -156,6 +156,15 @@ def lemons(report: Report) -> list[go.Figure]:
     return [_figure("Faults against the fleet's rate", traces, yaxis={"title": "faults"})]
 
 
+def failures(report: Report) -> list[go.Figure]:
+    table = report.table("by_xid")
+    names = [row["xid"] for row in table.rows]
+    traces = [
+        go.Bar(x=names, y=[row["mtbf_h"] for row in table.rows], name="MTBF (GPU-h)"),
+    ]
+    return [_figure("MTBF by XID", traces, yaxis={"title": "GPU-hours"})]
+
+
 BUILDERS = {
     "utilization": utilization,
     "training_share": training_share,
@@ -165,6 +174,7 @@ BUILDERS = {
     "remediation": remediation,
     "accounting": accounting,
     "lemons": lemons,
+    "failures": failures,
 }
 
 

@@ -24,6 +24,7 @@ NAMES = [
     "remediation",
     "accounting",
     "lemons",
+    "failures",
 ]
 
 
