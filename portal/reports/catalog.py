@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from portal.reports import accounting, capacity, failures, goodput, lemons, reliability
+from portal.reports import accounting, capacity, ettr, failures, goodput, lemons, reliability
 from portal.reports.base import Report
 from portal.reports.params import ReportQuery
 
@@ -18,6 +18,7 @@ REPORTS: dict[str, tuple[str, Callable[[ReportQuery], Report]]] = {
     "accounting": ("Accounting", accounting.usage),
     "lemons": ("Lemon nodes", lemons.lemons),
     "failures": ("MTBF and MTTR", failures.failures),
+    "ettr": ("ETTR", ettr.ettr),
 }
 
 

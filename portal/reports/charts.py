@@ -165,6 +165,17 @@ def failures(report: Report) -> list[go.Figure]:
     return [_figure("MTBF by XID", traces, yaxis={"title": "GPU-hours"})]
 
 
+def ettr(report: Report) -> list[go.Figure]:
+    table = report.table("by_account")
+    names = [str(row["account"]) or "(none)" for row in table.rows]
+    causes = [key for key in table.keys if key.endswith("_gpu_h")]
+    traces = (
+        go.Bar(x=names, y=[row[key] for row in table.rows], name=dict(table.columns)[key])
+        for key in causes
+    )
+    return [_figure("Productive and lost GPU-hours by account", traces, barmode="stack")]
+
+
 BUILDERS = {
     "utilization": utilization,
     "training_share": training_share,
@@ -175,6 +186,7 @@ BUILDERS = {
     "accounting": accounting,
     "lemons": lemons,
     "failures": failures,
+    "ettr": ettr,
 }
 
 

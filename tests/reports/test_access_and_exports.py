@@ -25,6 +25,7 @@ NAMES = [
     "accounting",
     "lemons",
     "failures",
+    "ettr",
 ]
 
 
