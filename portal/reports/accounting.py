@@ -110,7 +110,7 @@ def usage(query: ReportQuery) -> Report:
         "the range; failed means FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, BOOT_FAIL or "
         "DEADLINE. Queue wait is from submit (the attempt's own, after a requeue) to start.",
     ]
-    if group != query.group:
+    if query.group and group != query.group:
         report.notes.append(f"Grouped by {group}: this report splits by {', '.join(GROUPS)}.")
     if not rows:
         report.message = NO_RECORDS

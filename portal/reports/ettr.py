@@ -53,7 +53,9 @@ def _gpu_h(measured: JobEttr, seconds: float) -> float:
 def _row(measured: list[JobEttr]) -> dict:
     wall = sum(_gpu_h(m, m.wall_s) for m in measured)
     productive = sum(_gpu_h(m, m.productive_s) for m in measured)
-    row = {"ettr_pct": percent(productive, wall), "productive_gpu_h": hours(productive)}
+    # A job that has only just started has no wall clock yet to take a ratio of.
+    row = {"ettr_pct": percent(productive, wall) if wall else None}
+    row["productive_gpu_h"] = hours(productive)
     for cause in CAUSES:
         row[f"{cause}_gpu_h"] = hours(sum(_gpu_h(m, m.badput[cause]) for m in measured))
     row["other_gpu_h"] = hours(sum(_gpu_h(m, m.other_s) for m in measured))
