@@ -183,9 +183,11 @@ def main() -> None:
     parser.add_argument("--accounting-jobs", type=int, default=1_000_000)
     args = parser.parse_args()
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
-    if args.accounting:
-        import _setup  # noqa: F401  (loads the standard library's queue before psycopg)
+    # bench/queue.py shadows the standard library's queue, which psycopg imports:
+    # _setup loads the real one first (ensure_database below imports psycopg).
+    import _setup  # noqa: F401
 
+    if args.accounting:
         ensure_database(os.environ["DATABASE_URL"])
         print(json.dumps(accounting_benchmark(args)))
         return
