@@ -14,16 +14,20 @@ from clusters.board import BoardFilter, board_rows, render_tiles
 from clusters.models import Cluster
 from portal import live
 
+# The board's counts: a region of their own, since each board counts what its
+# own filters show (clusters.views.board renders it).
+COUNTS_REGION = "board-counts"
+
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
-    """Changed nodes: their board tiles (swapped in by id), the boards' counts (each
-    board counts what its own filters show, so it fetches them), their node pages."""
+    """Changed nodes: their board tiles (swapped in by id), the boards' counts, their
+    node pages."""
     node_ids = list(node_ids)
     if not node_ids:
         return
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
     live.send_html(live.BOARD_GROUP, render_tiles(rows, gpus, oob=True))
-    live.poke(live.BOARD_GROUP, ["board-counts"])
+    live.poke(live.BOARD_GROUP, [COUNTS_REGION])
     live.poke_node_pages(row["name"] for row in rows)
 
 

@@ -5,16 +5,26 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404, render
 
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
+from clusters.live import COUNTS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from clusters.remediation.actions import action_menu
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
 from portal.healthz import healthz as portal_healthz
+from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, is_admin, role_required
 
 
+@pushable(COUNTS_REGION)
 @role_required(*ANY_ROLE)
 def board(request):
+    if request.htmx and request.htmx.target == COUNTS_REGION:
+        # Everyone sees the same counts for the same filters: one rendering for all.
+        return shared_region(request, COUNTS_REGION, lambda: _board(request))
+    return _board(request)
+
+
+def _board(request):
     node_filter = BoardFilter.from_query(request.GET)
     rows, gpus = board_rows(node_filter)
     context = {
@@ -29,7 +39,7 @@ def board(request):
     }
     if request.htmx and request.htmx.target == "board-body":
         return render(request, "clusters/partials/board_body.html", context)
-    if request.htmx and request.htmx.target == "board-counts":
+    if request.htmx and request.htmx.target == COUNTS_REGION:
         return render(request, "clusters/partials/counts.html", context)
     return render(request, "clusters/board.html", context)
 

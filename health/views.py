@@ -9,12 +9,13 @@ from health import xid as catalogue
 from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
 from health.queries import filter_events
-from portal.regions import shared_region
+from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, role_required
 
 FEED_LIMIT = 200
 
 
+@pushable("event-rows")
 @role_required(*ANY_ROLE)
 def event_feed(request):
     def page(template: str):
@@ -44,6 +45,7 @@ def xid_catalogue(request):
     )
 
 
+@pushable("xid-events")
 @role_required(*ANY_ROLE)
 def xid_detail(request, code: int):
     if code > 100_000:
@@ -52,5 +54,9 @@ def xid_detail(request, code: int):
     recent = HealthEvent.objects.filter(xid=code).select_related("node")[:50]
     context = {"info": info, "code": code, "recent": recent}
     if request.htmx and request.htmx.target == "xid-events":
-        return render(request, "health/partials/xid_event_rows.html", context)
+        return shared_region(
+            request,
+            EVENTS_REGION,
+            lambda: render(request, "health/partials/xid_event_rows.html", context),
+        )
     return render(request, "health/xid_detail.html", context)

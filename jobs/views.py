@@ -24,12 +24,13 @@ from jobs.queue import clean_params, queue_context
 from jobs.sbatch import render_sbatch
 from jobs.timeline import build_timeline
 from portal import live
-from portal.regions import shared_region
+from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, Role, has_role, is_admin, role_required
 
 SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
 
 
+@pushable("job-rows")
 @role_required(*ANY_ROLE)
 def queue(request):
     params = clean_params(request.GET)

@@ -1,8 +1,9 @@
-"""The live-update websocket: authenticate, check the role, forward fragments."""
+"""The live-update websocket: authenticate, check the role, forward fragments, push regions."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from urllib.parse import parse_qs
@@ -12,6 +13,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import DatabaseError
 
 from portal import live
+from portal.regions import render_for_socket
 from portal.roles import roles_of
 
 logger = logging.getLogger(__name__)
@@ -78,10 +80,46 @@ def _job_page_groups(user, slurm_id: int) -> list[str]:
 
 CLOSE_LOGGED_OUT = 4401
 
+# What a page may tell its socket: the regions it shows and the address each
+# last fetched itself from, {"watch": [[region, url, element id], ...]}.
+MAX_WATCHED = 16
+WATCH_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+MAX_URL = 2048
+
+
+def parse_watch(text: str | None) -> dict[str, tuple[str, str]] | None:
+    """region -> (url, element id) from a page's watch message; None if it is not one."""
+    try:
+        message = json.loads(text or "")
+    except ValueError:
+        return None
+    entries = message.get("watch") if isinstance(message, dict) else None
+    if not isinstance(entries, list) or len(entries) > MAX_WATCHED:
+        return None
+    watched = {}
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 3):
+            return None
+        name, url, target = entry
+        if not all(isinstance(value, str) for value in entry):
+            return None
+        if not (WATCH_NAME.fullmatch(name) and WATCH_NAME.fullmatch(target)):
+            return None
+        if not url.startswith("/") or url.startswith("//") or len(url) > MAX_URL:
+            return None
+        watched[name] = (url, target)
+    return watched
+
 
 class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
     accepted = False
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watched: dict[str, tuple[str, str]] = {}
+        self.dirty: set[str] = set()
+        self.pusher: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         """A live channel that fails (Redis down, say) closes the socket with "try
@@ -130,15 +168,53 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
+        if self.pusher is not None:
+            self.pusher.cancel()
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
-        # The page only listens; anything a client sends is ignored.
-        return
+        # A page says only which regions it shows, and where from; anything else
+        # is ignored. What may be pushed is the view's to say, rendered as this
+        # socket's user (portal.regions.render_for_socket).
+        watched = parse_watch(text_data)
+        if watched is not None:
+            self.watched = watched
 
     async def live_html(self, event: dict) -> None:
         await self.send(text_data=event["html"])
+
+    async def live_poke(self, event: dict) -> None:
+        names = [name for name in event.get("regions", ()) if isinstance(name, str)]
+        fetched = [name for name in names if name not in self.watched]
+        if fetched:
+            await self.send(text_data=live.poke_message(fetched))
+        pushed = [name for name in names if name in self.watched]
+        if pushed:
+            # One rendering in flight per socket; changes that arrive meanwhile
+            # are pushed together afterwards, as their newest version.
+            self.dirty.update(pushed)
+            if self.pusher is None or self.pusher.done():
+                self.pusher = asyncio.create_task(self._push_dirty())
+
+    async def _push_dirty(self) -> None:
+        render = database_sync_to_async(render_for_socket)
+        while self.dirty:
+            name = self.dirty.pop()
+            if name not in self.watched:
+                continue
+            url, target = self.watched[name]
+            try:
+                rendered = await render(self.scope["user"], url, target)
+            except Exception:  # the page fetches the region itself, and sees the error
+                logger.warning("Live region %s not rendered for a socket", name, exc_info=True)
+                rendered = None
+            if rendered is None:
+                await self.send(text_data=live.poke_message([name]))
+                continue
+            html, version = rendered
+            message = {"push": name, "url": url, "version": version, "html": html}
+            await self.send(text_data=json.dumps(message))
 
     async def live_close(self, event: dict) -> None:
         await self.close(code=int(event.get("code", CLOSE_LOGGED_OUT)))

@@ -42,10 +42,14 @@ def register_consumer_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 def send_html(group: str, html: str) -> None:
     """Send one fragment to every socket in `group`; failures never break a caller."""
-    if not html:
-        return
+    if html:
+        send_event(group, {"type": "live.html", "html": html})
+
+
+def send_event(group: str, event: dict) -> None:
+    """Send one channel-layer event to every socket in `group`; failures never break a caller."""
     try:
-        _group_send(group, {"type": "live.html", "html": html})
+        _group_send(group, event)
     except Exception:  # a dead Redis must not fail the request that changed state
         logger.warning("Live update to %s not delivered", group, exc_info=True)
 
@@ -112,16 +116,24 @@ def close_sockets(group: str, code: int) -> None:
 def poke(group: str, regions: Iterable[str]) -> None:
     """Tell the pages in GROUP that these regions changed (static/js/live.js).
 
-    A region fetches itself again through its own view, with the viewer's
-    permissions and the page's filters, so the message carries no data at all:
-    a page applies only what it shows, in order, and a socket never carries
-    rows its user may not see.
+    The region is rendered again through its own view, with the viewer's
+    permissions and the page's filters: by the socket's consumer, which pushes
+    the rendering, where the page told it the region's address and the view
+    allows it (portal.regions.render_for_socket), otherwise by the page, which
+    the consumer passes the poke on to and which fetches the region itself.
+    Either way a page applies only what it shows, in order, and a socket never
+    carries rows its user may not see.
     """
     names = sorted(set(regions))
     if names:
         for name in names:
             _bump_region(name)
-        send_html(group, json.dumps({"poke": names}))
+        send_event(group, {"type": "live.poke", "regions": names})
+
+
+def poke_message(names: Iterable[str]) -> str:
+    """What a page receives when it must fetch these regions itself."""
+    return json.dumps({"poke": list(names)})
 
 
 REGION_VERSION_KEY = "medbay:region-version:{}"

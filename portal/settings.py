@@ -8,6 +8,7 @@ channels-redis.
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 from csp.constants import NONE, SELF
@@ -22,6 +23,7 @@ from portal.env import (
     env_list,
     env_str,
 )
+from portal.ldap_config import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -82,6 +84,18 @@ AUTHENTICATION_BACKENDS = [
     "portal.views_auth.ThrottlingBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+
+# Site directory log-in (LDAP, django-auth-ldap): off unless MEDBAY_LDAP_URI is set.
+# portal/ldap_config.py turns the MEDBAY_LDAP_* variables into AUTH_LDAP_* settings;
+# portal/ldap_login.py maps each log-in through portal.identity (roles from groups,
+# the Unix account from an attribute). After the throttle, so directory log-ins are
+# counted and locked like local ones; before local accounts, which still log in
+# when the directory is down.
+_ldap = ldap_settings(os.environ)
+MEDBAY_LDAP_URI = _ldap.pop("MEDBAY_LDAP_URI", "")
+if MEDBAY_LDAP_URI:
+    globals().update(_ldap)
+    AUTHENTICATION_BACKENDS.insert(1, "portal.ldap_login.DirectoryBackend")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -160,7 +174,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous calls a 401.
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api_tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -275,6 +289,54 @@ AXES_LOCKOUT_CALLABLE = "portal.views_auth.lockout"
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
+
+# OpenID Connect log-in (portal/oidc_login.py, portal/views_oidc.py; mozilla-django-oidc).
+# On when MEDBAY_OIDC_CLIENT_ID is set; unset, the log-in page and the tests are unchanged.
+# Endpoints come from the issuer's discovery document unless all four are given.
+MEDBAY_OIDC_CLIENT_ID = env_str("MEDBAY_OIDC_CLIENT_ID")
+MEDBAY_OIDC_ENABLED = bool(MEDBAY_OIDC_CLIENT_ID)
+MEDBAY_OIDC_ISSUER = env_str("MEDBAY_OIDC_ISSUER").rstrip("/")
+MEDBAY_OIDC_NAME = env_str("MEDBAY_OIDC_NAME", "single sign-on")  # "Log in with <name>"
+# `researcher=ml-users;admin=hpc-admins;manager=leads`, matched against the groups claim.
+MEDBAY_OIDC_ROLE_GROUPS = env_str("MEDBAY_OIDC_ROLE_GROUPS") or env_str("MEDBAY_OIDC_ROLE_CLAIMS")
+MEDBAY_OIDC_GROUPS_CLAIM = env_str("MEDBAY_OIDC_GROUPS_CLAIM", "groups")
+MEDBAY_OIDC_USERNAME_CLAIM = env_str("MEDBAY_OIDC_USERNAME_CLAIM", "preferred_username")
+MEDBAY_OIDC_UNIX_USER_CLAIM = env_str("MEDBAY_OIDC_UNIX_USER_CLAIM", "preferred_username")
+OIDC_RP_CLIENT_ID = MEDBAY_OIDC_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = env_str("MEDBAY_OIDC_CLIENT_SECRET")
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("MEDBAY_OIDC_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("MEDBAY_OIDC_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("MEDBAY_OIDC_USERINFO_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("MEDBAY_OIDC_JWKS_URI")  # with the other three, no discovery
+OIDC_RP_SIGN_ALGO = env_str("MEDBAY_OIDC_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = env_str("MEDBAY_OIDC_SCOPES", "openid email profile groups")
+OIDC_USE_PKCE = True
+# How the client secret reaches the token endpoint: HTTP Basic (most providers) or the form.
+OIDC_TOKEN_USE_BASIC_AUTH = (
+    env_choice("MEDBAY_OIDC_TOKEN_AUTH", "basic", ("basic", "post")) != "post"
+)
+# Without a timeout a provider that accepts the connection and never answers hangs a worker.
+OIDC_TIMEOUT = env_float("MEDBAY_OIDC_TIMEOUT_S", 10.0)
+if MEDBAY_OIDC_ENABLED:
+    if not OIDC_RP_CLIENT_SECRET:
+        raise ImproperlyConfigured(
+            "MEDBAY_OIDC_CLIENT_ID is set; set MEDBAY_OIDC_CLIENT_SECRET too"
+        )
+    if not MEDBAY_OIDC_ISSUER and not all(
+        (
+            OIDC_OP_AUTHORIZATION_ENDPOINT,
+            OIDC_OP_TOKEN_ENDPOINT,
+            OIDC_OP_USER_ENDPOINT,
+            OIDC_OP_JWKS_ENDPOINT,
+        )
+    ):
+        raise ImproperlyConfigured(
+            "MEDBAY_OIDC_CLIENT_ID is set: set MEDBAY_OIDC_ISSUER too, or all of "
+            "MEDBAY_OIDC_AUTHORIZATION_ENDPOINT, MEDBAY_OIDC_TOKEN_ENDPOINT, "
+            "MEDBAY_OIDC_USERINFO_ENDPOINT and MEDBAY_OIDC_JWKS_URI"
+        )
+    AUTHENTICATION_BACKENDS.append("portal.oidc_login.OIDCBackend")
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.views_oidc.login_button")
 
 LOGGING = {
     "version": 1,

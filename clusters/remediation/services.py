@@ -40,6 +40,9 @@ __all__ = ["IllegalTransition", "NodeBusy", "create_run", "slurm_reason", "trans
 REASON_LIMIT = 255
 MESSAGE_LIMIT = 500
 
+# The run lists and the approval queue: every page that lists runs.
+RUNS_REGION = "runs"
+
 
 class NodeBusy(Exception):
     """The node already has an active run; a node is healed by one run at a time."""
@@ -190,7 +193,7 @@ def _mark_node(run: Remediation, *, active: bool) -> None:
 
 def _publish_after_commit(run: Remediation) -> None:
     """Run lists, the approval queue, the run's page and its node's page follow its status."""
-    regions, node_name = ["runs", f"run-{run.pk}"], run.node.name
+    regions, node_name = [RUNS_REGION, f"run-{run.pk}"], run.node.name
     transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, regions))
     transaction.on_commit(lambda: live.poke_node_pages([node_name]))
     transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run.pk))

@@ -26,7 +26,9 @@ from clusters.remediation.forms import (
     RunFilterForm,
 )
 from clusters.remediation.models import Action, Policy, Remediation, Trigger
+from clusters.remediation.services import RUNS_REGION
 from clusters.remediation.transitions import RunStatus
+from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, Role, role_required
 
 RUN_LIST_LIMIT = 200
@@ -48,6 +50,7 @@ PAST = {
 RUN_RELATED = ("node", "requested_by", "approved_by", "policy")
 
 
+@pushable("run-rows")
 @role_required(*ANY_ROLE)
 def run_list(request):
     form = RunFilterForm(request.GET)
@@ -60,7 +63,8 @@ def run_list(request):
         "limit": RUN_LIST_LIMIT,
     }
     if request.htmx and request.htmx.target == "run-rows":
-        return render(request, "remediation/partials/run_rows.html", context)
+        rows = lambda: render(request, "remediation/partials/run_rows.html", context)  # noqa: E731
+        return shared_region(request, RUNS_REGION, rows)
     return render(request, "remediation/run_list.html", context)
 
 

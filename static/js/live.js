@@ -1,25 +1,38 @@
-// Live pages. The server sends two kinds of websocket message:
-// - HTML fragments with hx-swap-oob (the board's tiles and counts), which htmx's
-//   ws extension swaps in by id;
-// - pokes, {"poke": ["events", "run-7"]}, naming the regions that changed. A
-//   region is an element with data-live-region="NAME" and an hx-get of its own:
-//   it fetches itself again with the page's own filters, so a new row arrives
-//   in its place, a changed row changes, a row that left (or no longer matches)
-//   leaves, and a page applies only what it shows.
-// After a reconnect every region fetches itself once, so nothing missed while
-// the socket was down is lost. #live-status says live, reconnecting or offline.
+// Live pages. The server sends three kinds of websocket message:
+// - HTML fragments with hx-swap-oob (the board's tiles), which htmx's ws
+//   extension swaps in by id;
+// - pushes, {"push": "events", "url": ..., "version": 7, "html": ...}: a
+//   region rendered again by the server, as this user, at the address the
+//   page last fetched it from (the page tells its socket those addresses:
+//   {"watch": [[region, url, element id], ...]});
+// - pokes, {"poke": ["events", "run-7"]}, naming the regions that changed
+//   and that the server does not push. A region is an element with
+//   data-live-region="NAME" and an hx-get of its own: it fetches itself again
+//   with the page's own filters.
+// Either way a new row arrives in its place, a changed row changes, a row that
+// left (or no longer matches) leaves, and a page applies only what it shows;
+// a rendering older than the one shown (X-Live-Version) is never swapped in.
+// A push is morphed into the region (idiomorph: rows matched by id), so a
+// change touches only the rows that changed, and a burst of pushes is applied
+// at most once per PUSH_GAP_MS, as its newest rendering.
+// After every (re)connect each region fetches itself once, so nothing missed
+// while the socket was down is lost. #live-status says live, reconnecting or
+// offline.
 (function () {
   "use strict";
   // A region fetches itself at once when poked, then at most once per
   // MIN_GAP_MS while pokes keep coming (a burst costs a few fetches, not one
   // per change), and always once more after the last poke.
   var MIN_GAP_MS = 250;
+  var PUSH_GAP_MS = 100;
   var OFFLINE_AFTER_FAILURES = 3;
   var pending = new Set();
   var timer = null;
   var lastFlush = 0;
-  var opened = false;
   var failures = 0;
+  var socket = null; // the ws extension's socket wrapper, while open
+  var watched = {}; // region -> [region, url, element id] it last fetched itself with
+  var shown = {}; // region -> the newest version on the page
 
   function regions() {
     return Array.prototype.slice.call(document.querySelectorAll("[data-live-region]"));
@@ -63,6 +76,91 @@
     }
   }
 
+  function regionNamed(name) {
+    return regions().filter(function (region) {
+      return region.dataset.liveRegion === name;
+    })[0];
+  }
+
+  function sendWatch() {
+    if (socket !== null) {
+      var entries = Object.keys(watched).map(function (name) { return watched[name]; });
+      socket.send(JSON.stringify({watch: entries}));
+    }
+  }
+
+  // A region's fetch (poked, or a filter changed) says where it comes from.
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    var region = event.detail.target;
+    if (!region || !region.dataset || !region.dataset.liveRegion || !region.id) {
+      return;
+    }
+    var name = region.dataset.liveRegion;
+    var url = event.detail.pathInfo.finalRequestPath;
+    if (!watched[name] || watched[name][1] !== url) {
+      watched[name] = [name, url, region.id];
+      sendWatch();
+    }
+  });
+
+  // Older than what the page shows (a fetch overtaken by a push): not swapped in.
+  function isStale(name, version) {
+    if (version === null || isNaN(version)) {
+      return false;
+    }
+    if (shown[name] !== undefined && version < shown[name]) {
+      return true;
+    }
+    shown[name] = version;
+    return false;
+  }
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var region = event.detail.target;
+    if (!region || !region.dataset || !region.dataset.liveRegion) {
+      return;
+    }
+    var header = event.detail.xhr.getResponseHeader("X-Live-Version");
+    if (header !== null && isStale(region.dataset.liveRegion, parseInt(header, 10))) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
+  var pushes = {}; // region -> the newest push not yet applied
+  var pushTimer = null;
+  var lastPush = 0;
+
+  function queuePush(message) {
+    pushes[message.push] = message;
+    if (pushTimer === null) {
+      pushTimer = setTimeout(applyPushes, Math.max(0, lastPush + PUSH_GAP_MS - Date.now()));
+    }
+  }
+
+  function applyPushes() {
+    pushTimer = null;
+    lastPush = Date.now();
+    var waiting = pushes;
+    pushes = {};
+    Object.keys(waiting).forEach(function (name) { applyPush(waiting[name]); });
+  }
+
+  function applyPush(message) {
+    var name = message.push;
+    var region = regionNamed(name);
+    if (!region || !watched[name] || watched[name][1] !== message.url) {
+      refresh([name]); // rendered for an address this page no longer shows
+      return;
+    }
+    var version = typeof message.version === "number" ? message.version : null;
+    if (isStale(name, version)) {
+      return;
+    }
+    var style = region.getAttribute("hx-swap") === "outerHTML" ? "outerHTML" : "innerHTML";
+    Idiomorph.morph(region, message.html, {morphStyle: style});
+    htmx.process(regionNamed(name) || document.body);
+  }
+
   document.addEventListener("htmx:wsBeforeMessage", function (event) {
     var text = event.detail.message;
     if (typeof text !== "string" || text.charAt(0) !== "{") {
@@ -77,16 +175,19 @@
     }
     if (Array.isArray(message.poke)) {
       refresh(message.poke);
+    } else if (typeof message.push === "string" && typeof message.html === "string") {
+      queuePush(message);
     }
   });
 
-  document.addEventListener("htmx:wsOpen", function () {
+  document.addEventListener("htmx:wsOpen", function (event) {
     failures = 0;
+    socket = event.detail.socketWrapper;
     setStatus("live");
-    if (opened) {
-      refresh(["*"]); // catch up on what changed while the socket was down
-    }
-    opened = true;
+    // Catch up on what changed before the socket opened or while it was down;
+    // the fetches also tell the new socket where each region comes from.
+    watched = {};
+    refresh(["*"]);
   });
 
   // The ws extension reconnects by itself after 1006/1011/1012/1013, but a
@@ -113,6 +214,7 @@
 
   document.addEventListener("htmx:wsClose", function (event) {
     var code = event.detail.event ? event.detail.event.code : 0;
+    socket = null;
     failures += 1;
     if (code === 4401 || code === 4403) {
       setStatus("offline", "Live updates stopped: you are logged out or lost access. Reload the page.");

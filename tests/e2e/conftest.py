@@ -118,8 +118,8 @@ def launch_portal(request, folder: Path, script: str, *, port: int | None = None
         SESSION_COOKIE_SECURE="false",
         CSRF_COOKIE_SECURE="false",
         PYTHONUNBUFFERED="1",
-        **settings,
     )
+    env.update(settings)  # a restarted portal passes its first one's SECRET_KEY
     log = folder / "portal.log"
     with log.open("w") as log_file:
         process = subprocess.Popen(

@@ -11,7 +11,8 @@ can reach the browser's websocket, so the tests ask *this* process to change
 the cluster. Each stdin line is a JSON command, e.g. `{"op": "drain", "node":
 "e2e-02"}`; it changes the simulator and reconciles it with `apply_snapshot`,
 the same path `slurm_sync` takes in production (history row, then the live
-fragment published on commit), and answers `E2E-ACK` (or `E2E-ERROR ...`). So
+fragment published on commit), and answers `E2E-ACK` (or `E2E-ERROR ...`);
+`E2E_BEFORE_SERVING` holds commands to run before it listens. So
 the suite needs no Redis and still exercises the real publish path. Commands
 that create something answer `E2E-ACK {json}` with what the test needs to find it.
 
@@ -44,6 +45,10 @@ def main(port: int) -> None:
 
     django.setup()
     cluster, sim = seed()
+    # Changes made before the server listens: what a page whose server restarted
+    # missed while it was away (E2E_BEFORE_SERVING, a JSON list of commands).
+    for command in json.loads(os.environ.get("E2E_BEFORE_SERVING", "[]")):
+        COMMANDS[command["op"]](cluster, sim, command)
     threading.Thread(target=follow_commands, args=(COMMANDS, cluster, sim), daemon=True).start()
     threading.Thread(target=run_engine, daemon=True).start()
     serve(port)
@@ -56,6 +61,7 @@ def run_engine() -> None:
 
 
 def seed():
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.utils import timezone
 
@@ -77,8 +83,13 @@ def seed():
     apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())
     # A 1 s checkpoint grace, so that a recovery takes seconds and not two minutes.
     Partition.objects.filter(cluster=cluster).update(checkpoint_grace_s=1)
+    User = get_user_model()
     for username, role in USERS.items():
-        create_user_with_role(username, Role(role), PASSWORD)
+        # A restarted portal keeps its users as they were: setting the password
+        # again would end their sessions, which a restart must not do.
+        known = User.objects.filter(username=username).first()
+        if known is None or not known.check_password(PASSWORD):
+            create_user_with_role(username, Role(role), PASSWORD)
     return cluster, sim
 
 
@@ -244,6 +255,17 @@ def superuser(cluster, sim, command) -> dict:
     return {"pk": user.pk}
 
 
+def medbay_user(cluster, sim, command) -> dict:
+    """`manage.py medbay_user ARGS` inside the portal, whose sockets a disable must close."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("medbay_user", *command["args"], stdout=out)
+    return {"output": out.getvalue()}
+
+
 COMMANDS = {
     "sync": sync,
     "drain": drain,
@@ -258,6 +280,7 @@ COMMANDS = {
     "progress": progress,
     "history": history,
     "superuser": superuser,
+    "medbay_user": medbay_user,
 }
 
 

@@ -58,6 +58,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         "/remediation/",
         f"/remediation/{objects['run']}/",
         "/api/v1/docs/",
+        "/account/tokens/",
     ]
     submitters = ["/jobs/templates/"]
     managers = [f"/reports/{name}/" for name in REPORTS] + ["/reports/?print=1"]
@@ -68,6 +69,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         "/remediation/policies/new/",
         "/remediation/replay/",
         "/partitions/edits/",
+        "/health/agents/",
         "/admin/",
     ]
     return {

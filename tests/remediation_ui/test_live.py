@@ -10,15 +10,17 @@ from portal import live
 
 @pytest.fixture
 def sent(monkeypatch):
-    messages: list[tuple[str, str]] = []
-    monkeypatch.setattr(live, "send_html", lambda group, html: messages.append((group, html)))
-    return messages
+    events: list[tuple[str, dict]] = []
+    monkeypatch.setattr(live, "send_event", lambda group, event: events.append((group, event)))
+    return events
 
 
 def remediation_pokes(sent) -> list[list[str]]:
-    import json
-
-    return [json.loads(html)["poke"] for group, html in sent if group == live.REMEDIATION_GROUP]
+    return [
+        event["regions"]
+        for group, event in sent
+        if group == live.REMEDIATION_GROUP and event["type"] == "live.poke"
+    ]
 
 
 def test_a_step_pokes_its_runs_page_which_shows_each_step_once(

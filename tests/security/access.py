@@ -49,6 +49,9 @@ ACCESS: dict[str, Access] = {
     # address; other addresses are tested in tests/portal/test_metrics.py).
     "login": page(get=EVERYONE, post=EVERYONE),
     "logout": page(post=EVERYONE),
+    # OpenID Connect log-in (when off, both send to the log-in page).
+    "oidc_authentication_init": page(get=EVERYONE),
+    "oidc_authentication_callback": page(get=EVERYONE),
     "healthz": page(get=EVERYONE, post=EVERYONE),
     "metrics": page(get=EVERYONE),
     # Board, nodes and health.
@@ -80,6 +83,11 @@ ACCESS: dict[str, Access] = {
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),
     "remediation-replay": page(get=ADMINS, post=ADMINS),
     "node-action": page(get=ADMINS, post=ADMINS),
+    # Tokens: everyone their own; agent tokens for nodes are admins' business.
+    "api-tokens": page(get=MEDBAY, post=MEDBAY),
+    "api-token-revoke": page(post=MEDBAY),
+    "agent-tokens": page(get=ADMINS, post=ADMINS),
+    "agent-token-revoke": page(post=ADMINS),
     "node-repair": page(post=ADMINS),
     "partition-edits": page(get=ADMINS, post=ADMINS),
     # Reports.
