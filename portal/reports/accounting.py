@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 
 from jobs.models import AccountingJob
 from portal.reports.base import Report, Table, hours, minutes, percent
-from portal.reports.intervals import Epoch
+from portal.reports.intervals import Epoch, Span
 from portal.reports.params import ReportQuery
 
 GROUPS = ("account", "user", "partition", "qos")
@@ -39,9 +39,8 @@ COLUMNS = [
 ]
 
 
-def usage_rows(query: ReportQuery, group: str) -> list[dict]:
-    """One dict of sums per group value, computed by the database."""
-    span = query.span()
+def usage_rows(span: Span, group: str) -> list[dict]:
+    """One dict of sums per group value over SPAN, computed by the database."""
     ended = Q(end_at__gte=span.start, end_at__lt=span.end) & ~Q(state="REQUEUED")
     records = (
         AccountingJob.objects.filter(end_at__gt=span.start)
@@ -73,7 +72,7 @@ def usage_rows(query: ReportQuery, group: str) -> list[dict]:
 
 def usage(query: ReportQuery) -> Report:
     group = query.group if query.group in GROUPS else DEFAULT_GROUP
-    rows = usage_rows(query, group)
+    rows = usage_rows(query.span(), group)
     total = sum(row["used"] for row in rows)
     table = Table("usage", f"GPU-hours by {group} (Slurm accounting)", [("group", group), *COLUMNS])
     for row in sorted(rows, key=lambda row: (-row["used"], row[group])):

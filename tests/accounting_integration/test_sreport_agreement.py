@@ -4,15 +4,23 @@ Alice (team vision) and Bob (team nlp) run real sbatch jobs on the accounting
 cluster, one of Alice's is requeued; `manage.py import_accounting` reads them
 from slurmdbd; then the report's GPU-seconds per account, per user and per
 partition are compared with `sreport job SizesByAccount -T gres/gpu` for the
-same days, and per QOS with `sacct --truncate` (sreport has no QOS filter).
+window sreport reports on, and per QOS with `sacct --truncate` for that window
+(sreport has no QOS filter).
+
+sreport works in whole hours and does not go past the hour it counts as done
+(measured on 22.05: at 20:11, `end=` anything later gave a window ending
+19:59:59, while a start inside the current hour gave 20:00:00-20:59:59), so the
+test asks from the hour its jobs started in and compares the window sreport
+prints in its header.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections import defaultdict
-from datetime import date, datetime, time, timedelta
+from datetime import datetime, time, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -22,8 +30,8 @@ from clusters.backends import registry
 from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm_parsers import tres_gpus
 from jobs.models import AccountingJob
-from portal.reports.accounting import usage
-from portal.reports.params import ReportQuery
+from portal.reports.accounting import usage_rows
+from portal.reports.intervals import Span
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration, pytest.mark.django_db]
@@ -79,30 +87,44 @@ def states(env, job_ids) -> dict[int, set[str]]:
     return seen
 
 
-def sreport_gpu_seconds(env, start: date, end: date, *filters: str) -> dict[str, int]:
-    """GPU-seconds per account from `sreport job SizesByAccount`, every size in one column."""
+WINDOW = re.compile(r"^Job Sizes (\S+) - (\S+) \(")
+
+
+def parse_local(text: str) -> datetime:
+    return timezone.make_aware(datetime.fromisoformat(text))
+
+
+def sreport_gpu_seconds(env, start: datetime, *filters: str):
+    """GPU-seconds per account from `sreport job SizesByAccount`, every size in one column,
+    and the window sreport used: it works in whole hours and ends at the last hour it
+    counts as done, so it says which window its figures are for."""
+    end = start + timedelta(days=1)  # sreport stops it at the last hour it counts as done
     out = run(
         [
-            "sreport", "-n", "-P", "-T", "gres/gpu", "-t", "seconds", "job", "SizesByAccount",
-            f"start={start.isoformat()}T00:00:00",
-            f"end={(end + timedelta(days=1)).isoformat()}T00:00:00",
+            "sreport", "-P", "-T", "gres/gpu", "-t", "seconds", "job", "SizesByAccount",
+            f"start={start:%Y-%m-%dT%H:%M:%S}", f"end={end:%Y-%m-%dT%H:%M:%S}",
             "grouping=1000000", "FlatView", *filters,
         ],
         env,
     )  # fmt: skip
-    figures: dict[str, int] = defaultdict(int)
+    window, figures = None, defaultdict(int)
     for line in out.splitlines():
-        cluster, account, *sizes, _share = line.split("|")
-        figures[account] += sum(int(size) for size in sizes)
-    return dict(figures)
+        if match := WINDOW.match(line):
+            # The end is printed inclusive, to the second.
+            window = (parse_local(match[1]), parse_local(match[2]) + timedelta(seconds=1))
+        elif line.startswith("medbay|"):
+            _cluster, account, *sizes, _share = line.split("|")
+            figures[account] += sum(int(size) for size in sizes)
+    assert window, out
+    return window, dict(figures)
 
 
-def sacct_gpu_seconds_by_qos(env, start: date, end: date) -> dict[str, int]:
-    after = (end + timedelta(days=1)).isoformat()
+def sacct_gpu_seconds_by_qos(env, window) -> dict[str, int]:
+    start, end = window
     out = run(
         [
             "sacct", "-n", "-P", "-X", "-D", "-a", "--truncate", "-o", "QOS,ElapsedRaw,AllocTRES",
-            "-S", f"{start.isoformat()}T00:00:00", "-E", f"{after}T00:00:00",
+            "-S", f"{start:%Y-%m-%dT%H:%M:%S}", "-E", f"{end:%Y-%m-%dT%H:%M:%S}",
         ],
         env,
     )  # fmt: skip
@@ -113,9 +135,11 @@ def sacct_gpu_seconds_by_qos(env, start: date, end: date) -> dict[str, int]:
     return {qos: seconds for qos, seconds in figures.items() if seconds}
 
 
-def medbay_gpu_seconds(start: date, end: date, group: str) -> dict[str, int]:
-    report = usage(ReportQuery(start, end, bucket="day", group=group))
-    return {row["group"]: row["gpu_s"] for row in report.table().rows if row["gpu_s"]}
+def medbay_gpu_seconds(window, group: str) -> dict[str, int]:
+    """The accounting report's own sums (usage_rows) for exactly that window."""
+    start, end = window
+    span = Span(start=start, end=end, data_end=min(end, timezone.now()), bucket=timedelta(days=1))
+    return {row[group]: round(row["used"]) for row in usage_rows(span, group) if row["used"]}
 
 
 @pytest.fixture
@@ -130,7 +154,7 @@ def test_medbays_figures_match_sreport_for_alice_and_bob_on_the_real_cluster(
     accounting_cluster, accounting_backend, capsys
 ):
     env = slurm_env(accounting_cluster)
-    first_day = timezone.localdate()
+    first_submit = timezone.now()
     jobs = {
         "alice_short": submit(env, "alice", "--gres=gpu:2", "--wrap=sleep 2"),
         "alice_requeued": submit(env, "alice", "-N2", "--gres=gpu:4", "--requeue",
@@ -154,9 +178,7 @@ def test_medbays_figures_match_sreport_for_alice_and_bob_on_the_real_cluster(
 
     wait_for(all_finished, timeout_s=90, what="every job finished in slurmdbd", interval_s=1,
              explain=lambda: dict(states(env, jobs.values())))  # fmt: skip
-    last_day = timezone.localdate()
-
-    since = timezone.make_aware(datetime.combine(first_day, time.min))
+    since = timezone.make_aware(datetime.combine(timezone.localdate(first_submit), time.min))
     call_command("import_accounting", "--since", since.isoformat())
     assert "matched" in capsys.readouterr().out
 
@@ -165,22 +187,23 @@ def test_medbays_figures_match_sreport_for_alice_and_bob_on_the_real_cluster(
     assert alice.last().restarts == 1 and alice.last().account == "vision"
     assert AccountingJob.objects.get(slurm_id=jobs["bob_fails"]).qos == "high"
 
-    expected = sreport_gpu_seconds(env, first_day, last_day)
-    # At least this run's jobs: 2 GPUs x 2 s for Alice, 8 x 3 s + 1 x 2 s for Bob.
-    assert expected["vision"] >= 4 and expected["nlp"] >= 26, expected
-    print("sreport GPU-seconds by account:", expected)
-    assert medbay_gpu_seconds(first_day, last_day, "account") == expected
-    for user in ("alice", "bob"):
-        assert medbay_gpu_seconds(first_day, last_day, "user")[user] == sum(
-            sreport_gpu_seconds(env, first_day, last_day, f"users={user}").values()
-        )
-    for partition in ("train", "infer"):
-        assert medbay_gpu_seconds(first_day, last_day, "partition")[partition] == sum(
-            sreport_gpu_seconds(env, first_day, last_day, f"partitions={partition}").values()
-        )
-    assert medbay_gpu_seconds(first_day, last_day, "qos") == sacct_gpu_seconds_by_qos(
-        env, first_day, last_day
+    # sreport counts whole hours: from the hour these jobs started in.
+    hour = first_submit.astimezone(timezone.get_current_timezone()).replace(
+        minute=0, second=0, microsecond=0
     )
+    window, expected = sreport_gpu_seconds(env, hour)
+    # This run's jobs at least (2 GPUs x 2 s for Alice, 8 x 3 s + 1 x 2 s for Bob, less
+    # whatever fell past the hour when the run straddled one).
+    assert expected.get("vision", 0) > 0 and expected.get("nlp", 0) > 0, (window, expected)
+    print("sreport GPU-seconds by account for", window, expected)
+    assert medbay_gpu_seconds(window, "account") == expected
+    for user in ("alice", "bob"):
+        _, theirs = sreport_gpu_seconds(env, hour, f"users={user}")
+        assert medbay_gpu_seconds(window, "user")[user] == sum(theirs.values())
+    for partition in ("train", "infer"):
+        _, theirs = sreport_gpu_seconds(env, hour, f"partitions={partition}")
+        assert medbay_gpu_seconds(window, "partition")[partition] == sum(theirs.values())
+    assert medbay_gpu_seconds(window, "qos") == sacct_gpu_seconds_by_qos(env, window)
 
     # Importing again stores nothing twice.
     before = AccountingJob.objects.count()
