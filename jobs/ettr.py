@@ -155,9 +155,23 @@ def _restore(result: JobEttr, facts: Facts, resumed: datetime, end) -> None:
 
 
 def ettr_for_jobs(jobs, *, now: datetime | None = None) -> list[JobEttr]:
-    """ETTR of each job (that ran), reading everything in a few queries."""
+    """ETTR of each job (that ran), reading everything in a few queries.
+
+    A job that never restarted lost nothing to any of the causes: its wall clock is
+    its run, from Slurm's start to its end, all of it productive. Only restarted
+    jobs (a few per cent of a year's) have their history read."""
     now = now or timezone.now()
     jobs = list(jobs)
+    results = [
+        JobEttr(
+            job,
+            _seconds(job.start_at, job.end_at or now),
+            _seconds(job.start_at, job.end_at or now),
+        )
+        for job in jobs
+        if not job.restart_count and job.start_at
+    ]
+    jobs = [job for job in jobs if job.restart_count]
     pks = [job.pk for job in jobs]
     changes, progress = defaultdict(list), defaultdict(list)
     for change in JobStateChange.objects.filter(job_id__in=pks).order_by("job_id", "at", "id"):
@@ -165,7 +179,6 @@ def ettr_for_jobs(jobs, *, now: datetime | None = None) -> list[JobEttr]:
     for report in JobProgress.objects.filter(job_id__in=pks).order_by("reported_at", "id"):
         progress[report.job_id].append(report)
     runs = _runs_by_job(jobs)
-    results = []
     for job in jobs:
         history = changes[job.pk]
         facts = Facts(

@@ -118,3 +118,28 @@ def test_the_page_defines_every_term_and_names_its_sources(manager_client, stori
     for words in ("HPCA 2025", "ML Productivity", "detection: the fault", "checkpoint grace",
                   "restore: running", "queue after"):  # fmt: skip
         assert words in html
+
+
+def test_the_report_reads_a_fixed_number_of_queries_however_many_jobs(history, stories):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.reports.ettr import ettr
+    from portal.reports.params import ReportForm
+
+    form = ReportForm(RANGE)
+    assert form.is_valid()
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            ettr(form.query())
+        return len(captured.captured_queries)
+
+    before = queries()
+    restarted = [(1, "RUNNING"), (2, "REQUEUED", 1), (2.5, "RUNNING", 1), (4, "COMPLETED", 1)]
+    for slurm_id in range(200, 220):
+        history.job(
+            slurm_id, 2, restarted,
+            submit_at=at(0.5), start_at=at(2.5), end_at=at(4), restart_count=1, state="COMPLETED",
+        )  # fmt: skip
+    assert queries() == before
