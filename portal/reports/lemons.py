@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db.models import Count
+from django.urls import reverse
 
 from health.models import Incident, Severity
 from portal.reports.base import NO_DATA, Report, Table, hours
@@ -107,20 +108,23 @@ def lemon_nodes(span: Span) -> list[Tested]:
 
 
 def _table(name: str, title: str, tested: list[Tested], fleet_rate: float) -> Table:
+    key = name.rstrip("s")
     table = Table(
         name,
         title,
-        [(name.rstrip("s"), name.rstrip("s")), ("faults", "faults"),
+        [(key, key), ("faults", "faults"),
          ("in_service_h", "in-service h"), ("rate_per_1000h", f"faults per {PER_HOURS} h"),
          ("fleet_rate_per_1000h", f"fleet's per {PER_HOURS} h"), ("expected", "expected"),
          ("p_value", "p-value"), ("lemon", "lemon")],
     )  # fmt: skip
+    # Each lemon links to its node's page: its state history, incidents and runs.
+    table.links[key] = lambda row: reverse("node-detail", args=[row[key].split(" GPU ")[0]])
     for item in tested:
         if not item.faults:
             continue
         table.rows.append(
             {
-                name.rstrip("s"): item.name,
+                key: item.name,
                 "faults": item.faults,
                 "in_service_h": hours(item.exposure_s),
                 "rate_per_1000h": round(item.faults / item.exposure_s * 3600 * PER_HOURS, 2),

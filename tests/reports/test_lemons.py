@@ -143,3 +143,12 @@ def test_the_command_queues_a_quarantine_of_each_lemon_for_approval_once(db, cap
     call_command("lemon_nodes", "--days", "3", "--suggest")
     assert "already has active run" in capsys.readouterr().out
     assert Remediation.objects.filter(node=nodes[0]).count() == 1
+
+
+def test_each_node_and_gpu_links_to_its_nodes_page_with_its_history(manager_client, fleet):
+    html = manager_client.get("/reports/lemons/", RANGE).content.decode()
+    assert '<a href="/nodes/gpu-09/">gpu-09</a>' in html
+    assert '<a href="/nodes/gpu-09/">gpu-09 GPU 5</a>' in html
+    # The exports stay plain values.
+    csv_text = manager_client.get("/api/v1/reports/lemons.csv", RANGE).content.decode()
+    assert "<a" not in csv_text and "gpu-09" in csv_text
