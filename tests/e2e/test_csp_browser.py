@@ -21,7 +21,7 @@ from tests.e2e.conftest import WATCH_SOCKET, log_in, wait_for_socket, watch_for_
 pytestmark = pytest.mark.browser
 
 REPORTS = ("utilization", "training_share", "availability", "reliability", "goodput")
-REPORTS += ("remediation",)
+REPORTS += ("remediation", "accounting", "lemons", "failures", "ettr")
 
 WATCH_VIOLATIONS = """
 window.__cspViolations = [];
