@@ -51,6 +51,7 @@ from clusters.backends.slurm_parsers import (
     parse_slurm_conf_partitions,
     parse_slurm_version,
 )
+from clusters.backends.slurm_parsers.values import plain_number
 
 # `scontrol show ... --json` arrived in 23.02; 21.08 to 22.05 only have sinfo/squeue --json.
 SCONTROL_JSON_SINCE = (23, 2)
@@ -122,10 +123,24 @@ class SlurmBackend:
 
     def run(self, args: Sequence[str], *, input_text: str | None = None) -> str:
         """stdout of ARGS; BackendError with Slurm's own message when it fails."""
-        result = self.execute(args, input_text=input_text)
+        try:
+            result = self.execute(args, input_text=input_text)
+        except BackendError as error:
+            raise self.named_outage(error) from error
         if result.returncode != 0:
             raise error_from_result(result)
         return result.stdout
+
+    def named_outage(self, error: BackendError) -> BackendError:
+        """A timed-out command, named for what it usually is. From 24.11 on, the client
+        tools retry a stopped slurmctld for about MessageTimeout (10 s) before saying
+        "Unable to contact slurm controller", so our own timeout fires first; `scontrol
+        ping` answers at once either way and tells an outage from a slow controller."""
+        if error.permanent or self.controller_up():
+            return error
+        return BackendError(
+            f"Unable to contact slurm controller (scontrol ping: DOWN; {error})", permanent=False
+        )
 
     def run_json(
         self, args: Sequence[str], decode: Callable[[str], Any] = decode_json
@@ -186,7 +201,9 @@ class SlurmBackend:
         else:
             # 22.05's squeue --json ignores filters and also lists finished jobs in memory.
             args = ["squeue", "--json"]
-        return self.job_list_parser.parse(self.run_json(args, decode=decode_jobs_json))
+        payload = self.run_json(args, decode=decode_jobs_json)
+        raise_if_no_controller_answered(args, payload)
+        return self.job_list_parser.parse(payload)
 
     def job(self, job_id: int) -> JobInfo:
         """One job, read as text so that it also works while the list is large."""
@@ -436,6 +453,21 @@ def raise_json_errors(args: Sequence[str], payload: Any) -> None:
     ]
     message = f"{args[0]} reported: {'; '.join(dict.fromkeys(details))}"
     raise BackendError(f"{message} (is slurmctld reachable?)", permanent=False)
+
+
+def raise_if_no_controller_answered(args: Sequence[str], payload: Any) -> None:
+    """24.11's and 26.05's `scontrol show job --json` exit 0 when slurmctld is down,
+    after ~10 s, with no jobs, no errors and `last_update` 0 (measured on both; the
+    same call on a live controller always carries its last update time). Read as
+    data, that said every job had gone."""
+    if not isinstance(payload, dict) or payload.get("jobs") or "last_update" not in payload:
+        return
+    if not plain_number(payload.get("last_update")):
+        raise BackendError(
+            f"Unable to contact slurm controller ({' '.join(args)} answered with no jobs "
+            "and no update time)",
+            permanent=False,
+        )
 
 
 def checked_reason(reason: str) -> str:

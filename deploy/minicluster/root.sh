@@ -9,8 +9,9 @@
 
 ROOTS_DIR="${MEDBAY_MINICLUSTER_ROOTS:-/var/cache/medbay-minicluster/roots}"
 DEBIAN_MIRROR="${MEDBAY_MINICLUSTER_MIRROR:-http://deb.debian.org/debian}"
+# python3: jobs run inside the root, and the example trainers are Python (stdlib only).
 ROOT_PACKAGES=(slurmctld slurmd slurm-client munge slurmrestd slurm-wlm-jwt-plugin
-    slurmdbd slurm-wlm-mysql-plugin)
+    slurmdbd slurm-wlm-mysql-plugin python3)
 
 # Debian suite that ships each Slurm version; empty for the host's own (22.05).
 suite_of_version() {
@@ -28,6 +29,26 @@ root_of_version() {
 
 root_ready() {
     [ -f "$1/.medbay-root" ]
+}
+
+# A root built before a package joined ROOT_PACKAGES gets it added in place.
+root_current() {
+    root_ready "$1" && grep -qxF "packages=${ROOT_PACKAGES[*]}" "$1/.medbay-root"
+}
+
+install_root_packages() {
+    local root="$1" suite="$2"
+    log "installing ${ROOT_PACKAGES[*]} in the $suite root"
+    run_in_build_root "$root" env DEBIAN_FRONTEND=noninteractive \
+        sh -c 'apt-get update -q && apt-get install -y -q --no-install-recommends "$@"' \
+        sh "${ROOT_PACKAGES[@]}" >&2 || die "installing Slurm in the $suite root failed"
+    run_in_build_root "$root" apt-get clean >&2
+    {
+        echo "suite=$suite"
+        echo "slurm=$(chroot "$root" dpkg-query -W -f='${Version}' slurmctld)"
+        echo "packages=${ROOT_PACKAGES[*]}"
+        echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    } >"$root/.medbay-root"
 }
 
 # Runs COMMAND inside ROOT with /proc, /dev and /sys from the host, in a private mount
@@ -48,12 +69,17 @@ ensure_root() {
     local version="$1" suite root building started
     suite="$(suite_of_version "$version")" || die "no Debian suite known for Slurm $version"
     root="$(root_of_version "$version")"
-    root_ready "$root" && return 0
+    root_current "$root" && return 0
     command -v debootstrap >/dev/null || install_host_packages debootstrap
     mkdir -p "$ROOTS_DIR"
     exec 8>"$ROOTS_DIR/.$version.lock"
     flock 8
+    if root_current "$root"; then
+        exec 8>&-
+        return 0
+    fi
     if root_ready "$root"; then
+        install_root_packages "$root" "$suite"
         exec 8>&-
         return 0
     fi
@@ -73,16 +99,7 @@ ensure_root() {
     # sid's Release files carry a Valid-Until that a mirror snapshot (or a clock
     # ahead of it) can pass; the packages are still signed and checked.
     echo 'Acquire::Check-Valid-Until "false";' >"$building/etc/apt/apt.conf.d/99medbay-valid-until"
-    log "installing ${ROOT_PACKAGES[*]} in the $suite root"
-    run_in_build_root "$building" env DEBIAN_FRONTEND=noninteractive \
-        sh -c 'apt-get update -q && apt-get install -y -q --no-install-recommends "$@"' \
-        sh "${ROOT_PACKAGES[@]}" >&2 || die "installing Slurm in the $suite root failed"
-    run_in_build_root "$building" apt-get clean >&2
-    {
-        echo "suite=$suite"
-        echo "slurm=$(chroot "$building" dpkg-query -W -f='${Version}' slurmctld)"
-        echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    } >"$building/.medbay-root"
+    install_root_packages "$building" "$suite"
     mv "$building" "$root"
     log "root for Slurm $version ready in" \
         "$(awk "BEGIN { printf \"%.0f\", $EPOCHREALTIME - $started }")s ($(du -sh "$root" | cut -f1))"

@@ -1,5 +1,8 @@
 """Starts the local Slurm cluster (deploy/minicluster/up) once per test session.
 
+`MEDBAY_TEST_SLURM=24.11` (or 26.05) runs the session against that Slurm version
+(`up --slurm ...`, from its Debian root); unset, the host's 22.05 as always.
+
 With CI=true a cluster that cannot start fails the run: integration tests must
 never be skipped there. Elsewhere they are skipped, with the reason, when this
 machine cannot run the cluster (not root, no apt-get and no Slurm).
@@ -20,6 +23,7 @@ from clusters.backends.slurm import SlurmBackend
 REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "deploy" / "minicluster" / "up"
 TEST_REASON_PREFIX = "medbay-test"
+SLURM_VERSIONS = ("22.05", "24.11", "26.05")
 
 
 def in_ci() -> bool:
@@ -34,18 +38,32 @@ def cannot_run_cluster_reason() -> str:
     return ""
 
 
+def requested_slurm_version() -> str:
+    """The version MEDBAY_TEST_SLURM asks for, or "" for up's default (22.05)."""
+    version = os.environ.get("MEDBAY_TEST_SLURM", "").strip()
+    if version and version not in SLURM_VERSIONS:
+        pytest.fail(f"MEDBAY_TEST_SLURM={version!r}: expected one of {', '.join(SLURM_VERSIONS)}")
+    return version
+
+
 def environment_from_up_output(stdout: str) -> dict[str, str]:
+    """The `export K=V` lines `up` printed; `$PATH` in a value is this process's PATH
+    (a version from a Debian root puts its client wrappers first)."""
     environment = {}
     for line in stdout.splitlines():
         if line.startswith("export ") and "=" in line:
             key, _, value = line.removeprefix("export ").partition("=")
-            environment[key.strip()] = value.strip()
+            value = value.strip().replace("$PATH", os.environ.get("PATH", ""))
+            environment[key.strip()] = value
     return environment
 
 
 def start_minicluster() -> dict[str, str]:
     """Runs `up` and returns the environment it printed; fails loudly on error."""
-    completed = subprocess.run([str(UP)], capture_output=True, text=True, timeout=600, check=False)
+    version = requested_slurm_version()
+    command = [str(UP), "--slurm", version] if version else [str(UP)]
+    # Building a version's Debian root the first time takes about a minute.
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
     if completed.returncode != 0:
         pytest.fail(
             f"deploy/minicluster/up failed ({completed.returncode}):\n"

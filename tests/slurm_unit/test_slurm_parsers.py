@@ -692,6 +692,8 @@ for folder in ("snapshot2_draining_notresponding", "snapshot3_down_notresponding
     for name in ("sinfo.txt", "sinfo_Nl.txt", "sinfo_R.txt", "sinfo_custom_gres.txt", "squeue.txt"):
         REFERENCE_ONLY.add(f"24.11/{folder}/{name}")
 REFERENCE_ONLY.add("24.11/cluster-config/slurm.conf")
+# Outages, not data: tests/chaos/test_slurm_unreachable.py checks they are refused.
+REFERENCE_ONLY.update(f"{v}/scontrol_show_job_controller_down.json" for v in ("24.11", "26.05"))
 
 
 def parse_any_sample(relative: str) -> list:
@@ -764,7 +766,8 @@ def test_decoding_only_the_read_keys_parses_every_job_sample_the_same(relative):
     text = (FIXTURES / relative).read_text()
     narrowed = parsers.decode_jobs_json(text)
     assert parsers.parse_jobs_json(narrowed) == parsers.parse_jobs_json(json.loads(text))
-    assert set(narrowed) <= {"jobs", "errors"}
+    # last_update tells a live controller's empty list from a stopped one's (24.11+).
+    assert set(narrowed) <= {"jobs", "errors", "last_update"}
 
 
 def test_the_narrowed_job_decode_keeps_absent_apart_from_null():

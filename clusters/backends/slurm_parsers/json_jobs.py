@@ -157,7 +157,11 @@ JOB_JSON_KEYS = (
 _JobRecord = msgspec.defstruct("_JobRecord", [(key, Any, msgspec.UNSET) for key in JOB_JSON_KEYS])
 _JobList = msgspec.defstruct(
     "_JobList",
-    [("jobs", list[_JobRecord], msgspec.UNSET), ("errors", Any, msgspec.UNSET)],
+    [
+        ("jobs", list[_JobRecord], msgspec.UNSET),
+        ("errors", Any, msgspec.UNSET),
+        ("last_update", Any, msgspec.UNSET),
+    ],
 )
 _job_list_decoder = msgspec.json.Decoder(_JobList)
 
