@@ -64,6 +64,10 @@ OUTPUT_MODES = ("auto", "json", "text")
 # timestamp is surely a later second than the revoked credential's.
 RELEASE_AFTER_REQUEUE = timedelta(seconds=2)
 
+# What `scontrol update state=resume` says of a node that needs no resume: 22.05
+# "Invalid node state specified", 26.05 "Invalid node state transition".
+RESUME_REFUSALS = ("Invalid node state specified", "Invalid node state transition")
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SAFE_USER = re.compile(r"^[a-z_][a-z0-9_.-]*\$?$")
 SAFE_SIGNAL = re.compile(r"^(?:SIG)?[A-Z0-9]+$")
@@ -295,7 +299,7 @@ class SlurmBackend:
         except BackendError as error:
             # Slurm refuses to resume a node that is neither drained nor down; for
             # an idempotent caller that node is already where it wanted it.
-            if "Invalid node state specified" not in error.message or self.node_needs_resume(node):
+            if not error.message.startswith(RESUME_REFUSALS) or self.node_needs_resume(node):
                 raise
 
     def node_needs_resume(self, node: str) -> bool:

@@ -129,8 +129,12 @@ live_pid() {
     pid="$(tr -dc '0-9' <"$pid_file")"
     [ -n "$pid" ] || return 1
     [ -r "/proc/$pid/comm" ] || return 1
-    [ "$(cat "/proc/$pid/comm")" = "$expected_name" ] || return 1
-    echo "$pid"
+    # Debian sid names the binaries slurmctld-wlm, slurmd-wlm (the plain names are
+    # alternatives pointing at them), and the kernel reports the real name.
+    case "$(cat "/proc/$pid/comm")" in
+        "$expected_name" | "$expected_name-wlm") echo "$pid" ;;
+        *) return 1 ;;
+    esac
 }
 
 slurmd_pid_file() {

@@ -170,9 +170,17 @@ mount --rbind /proc "$ROOT/proc" && mount --rbind /dev "$ROOT/dev" &&
 for folder in $SHARED; do
     mount --rbind "$folder" "$ROOT$folder" || exit 125
 done
-# The caller's PATH without this bin folder, so tools inside the root are the root's.
-PATH="$(printf '%s' "$PATH" | tr ':' '\n' | grep -vx "$BIN_DIR" | paste -sd: -)"
-PATH="${PATH:+$PATH:}/usr/sbin:/usr/bin:/sbin:/bin"
+# The caller's PATH without any minicluster's bin folder (this one or another
+# version's), so the tools inside the root are the root's.
+kept=""
+old_ifs="$IFS"
+IFS=:
+for folder in $PATH; do
+    [ -n "$folder" ] && [ "$folder" != "$BIN_DIR" ] && [ ! -x "$folder/enter" ] &&
+        kept="${kept:+$kept:}$folder"
+done
+IFS="$old_ifs"
+PATH="${kept:+$kept:}/usr/sbin:/usr/bin:/sbin:/bin"
 export PATH
 here="$(pwd)"
 [ -d "$ROOT$here" ] || here=/

@@ -179,11 +179,18 @@ def test_reboot_asks_for_asap_and_resume_afterwards():
     ]
 
 
-def test_resuming_a_node_that_is_already_in_service_succeeds():
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "slurm_update error: Invalid node state specified",  # 22.05, 24.11
+        "slurm_update error: Invalid node state transition",  # 26.05
+    ],
+)
+def test_resuming_a_node_that_is_already_in_service_succeeds(refusal):
     sinfo = (FIXTURES / "22.05/sinfo.json").read_text()
     fake = FakeSlurm(
         {
-            ("scontrol", "update"): (1, "", "slurm_update error: Invalid node state specified"),
+            ("scontrol", "update"): (1, "", refusal),
             ("sinfo", "--json"): (0, sinfo, ""),
         }
     )
