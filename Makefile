@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install minicluster minicluster-down bench clean
+.PHONY: demo test test-slurm-versions lint install minicluster minicluster-down bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,23 @@ test: $(STAMP)
 	@if [ "$$CI" = "true" ]; then ./.ci/services; fi
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The real-Slurm suites again on the newer Slurm versions, each from its Debian root
+# (built once and cached; see deploy/minicluster/README.md). CI runs it after `test`.
+SLURM_VERSIONS_TESTED ?= 24.11 26.05
+SLURM_VERSION_SUITES ?= tests/slurm_integration tests/e2e/test_restart_story_slurm.py
+# Not on the roots: the DDP example's job runs inside the root, whose Python (3.13 on
+# trixie and sid) cannot load this venv's PyTorch; it runs on 22.05 in `test`.
+SLURM_VERSION_DESELECT ?= \
+	--deselect tests/slurm_integration/test_jobs_live.py::test_the_ddp_example_resumes_from_its_checkpoint_after_a_requeue
+
+test-slurm-versions: $(STAMP)
+	@set -e; for version in $(SLURM_VERSIONS_TESTED); do \
+		echo "== real-Slurm suites on Slurm $$version"; \
+		MEDBAY_TEST_SLURM=$$version $(PY) -m pytest $(SLURM_VERSION_SUITES) \
+			$(SLURM_VERSION_DESELECT) $(PYTEST_ARGS); \
+		deploy/minicluster/down --slurm $$version; \
+	done
 
 minicluster:
 	deploy/minicluster/up

@@ -190,3 +190,13 @@ def test_commands_against_a_stopped_controller_are_transient_errors(slurm, minic
 
 def train_nodes_from_conf(backend):
     return backend.configured_partitions()["train"]
+
+
+def test_the_cluster_runs_the_slurm_version_the_session_asked_for(slurm, minicluster):
+    """MEDBAY_TEST_SLURM=26.05 must test 26.05's daemons and tools, never the host's 22.05."""
+    asked = os.environ.get("MEDBAY_TEST_SLURM") or "22.05"
+    major, minor = (int(part) for part in asked.split("."))
+    assert slurm.slurm_version == (major, minor)
+    assert minicluster["MEDBAY_SLURM_VERSION"] == asked
+    printed = subprocess.run(["scontrol", "--version"], capture_output=True, text=True, check=True)
+    assert printed.stdout.split()[-1].startswith(asked)
