@@ -243,6 +243,10 @@ if not DEBUG:
 MEDBAY_BACKEND = env_choice("MEDBAY_BACKEND", "simulated", ("simulated", "slurm"))
 MEDBAY_FLEET = env_choice("MEDBAY_FLEET", "simulated", ("simulated", "slurm-spares", "kubernetes"))
 SLURM_CONF = env_str("SLURM_CONF")
+# How Medbay reaches Slurm: its command-line tools, or slurmrestd (reads and
+# submission as the researcher with a per-user JWT; MEDBAY_SLURMRESTD_URL and
+# MEDBAY_SLURM_JWT_KEY or MEDBAY_SLURM_JWT_TOKEN_FILE, read by the backend).
+MEDBAY_SLURM_API = env_choice("MEDBAY_SLURM_API", "cli", ("cli", "rest"))
 MEDBAY_SYNC_INTERVAL_S = env_float("MEDBAY_SYNC_INTERVAL_S", 2.0)
 # After a slurmctld restart reverts partitions to slurm.conf, re-apply Medbay's
 # pool membership automatically (false: only flag the drift on the board).

@@ -49,6 +49,12 @@ def _fleet_for(backend: ClusterBackend | None) -> FleetProvider | None:
 
 
 def _build_backend(name: str) -> ClusterBackend:
+    if name == "slurm" and settings.MEDBAY_SLURM_API == "rest":
+        from clusters.backends.slurm_rest import SlurmRestBackend
+
+        return SlurmRestBackend.from_env(
+            slurm_conf=settings.SLURM_CONF or None, min_uid=settings.MEDBAY_MIN_UID
+        )
     if name == "slurm":
         from clusters.backends.slurm import SlurmBackend
 

@@ -1,0 +1,92 @@
+"""The slurmrestd transport on a real slurmrestd (24.11 and 26.05: `up --slurm V`).
+
+Reads through REST agree with the CLI's on the same cluster; a researcher's job is
+submitted with a token minted for her alone and runs as her; a token signed with
+another key is refused with slurmrestd's own words. 22.05's minicluster runs no
+slurmrestd: there these are skipped, and `make test-slurm-versions` runs them.
+"""
+
+from __future__ import annotations
+
+import pwd
+import uuid
+from pathlib import Path
+
+import pytest
+
+from clusters.backends.base import BackendError, JobSubmission
+from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.slurm
+
+# data_parser versions each version's slurmrestd offers (/openapi/v3), newest last.
+NEWEST_DATA_PARSER = {"24.11": "v0.0.42", "26.05": "v0.0.45"}
+UID_JOB = "#!/bin/sh\nid -u > {path}\nsleep 300\n"
+
+
+@pytest.fixture
+def rest(minicluster, slurm):
+    if "MEDBAY_SLURMRESTD_URL" not in minicluster:
+        pytest.skip("this minicluster (Slurm 22.05) runs no slurmrestd")
+    return SlurmRestBackend(
+        minicluster["MEDBAY_SLURMRESTD_URL"],
+        JwtAuth(key_path=minicluster["MEDBAY_SLURM_JWT_KEY"]),
+        slurm_conf=minicluster["SLURM_CONF"],
+    )
+
+
+@pytest.fixture
+def shared_dir():
+    path = Path("/tmp") / f"medbay-rest-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    path.chmod(0o1777)
+    yield path
+    for child in path.iterdir():
+        child.unlink()
+    path.rmdir()
+
+
+def running(backend, job_id):
+    job = backend.job(job_id)
+    return job if job.state == "RUNNING" else None
+
+
+def test_rest_speaks_the_newest_data_parser_and_reads_what_the_cli_reads(rest, slurm, minicluster):
+    assert rest.api_version == NEWEST_DATA_PARSER[minicluster["MEDBAY_SLURM_VERSION"]]
+    assert rest.controller_up()
+    assert rest.nodes() == slurm.nodes()
+    job_id = slurm.submit_job(JobSubmission(script=UID_JOB.format(path="/dev/null"), user="bob"))
+    wait_for(lambda: running(slurm, job_id), 15, "bob's job to run")
+    from_rest = {job.job_id: job for job in rest.jobs()}[job_id]
+    assert from_rest == {job.job_id: job for job in slurm.jobs()}[job_id]
+    assert rest.job(job_id).user == "bob"
+    with pytest.raises(BackendError, match="Invalid job id") as raised:
+        rest.job(999_999)
+    assert raised.value.permanent
+
+
+def test_a_researchers_job_goes_through_slurmrestd_with_her_own_token_and_runs_as_her(
+    rest, shared_dir
+):
+    uid_file = shared_dir / "uid.txt"
+    job_id = rest.submit_job(
+        JobSubmission(script=UID_JOB.format(path=uid_file), user="alice", workdir=str(shared_dir))
+    )
+    job = wait_for(lambda: running(rest, job_id), 15, "alice's job to run")
+    assert job.user == "alice"
+    written = wait_for(lambda: uid_file.exists() and uid_file.read_text().strip(), 15, "its uid")
+    assert int(written) == pwd.getpwnam("alice").pw_uid
+    assert uid_file.stat().st_uid == pwd.getpwnam("alice").pw_uid
+
+
+def test_a_token_signed_with_another_key_is_refused_in_slurmrestds_words(rest, tmp_path):
+    wrong_key = tmp_path / "wrong.key"
+    wrong_key.write_bytes(b"x" * 32)
+    stranger = SlurmRestBackend(rest.url, JwtAuth(key_path=str(wrong_key)))
+    stranger.api_version = rest.api_version
+    with pytest.raises(BackendError) as raised:
+        stranger.nodes()
+    assert raised.value.message == "slurmrestd 511: Protocol authentication error"
+    assert raised.value.permanent
+    assert not stranger.controller_up()
