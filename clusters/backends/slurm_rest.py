@@ -75,6 +75,13 @@ class JwtAuth:
         return bool(self.key_path)
 
     def token_for(self, user: str) -> str:
+        # A token for root would let whoever reads it do anything on the cluster.
+        if user == "root":
+            raise BackendError(
+                "Medbay never makes or uses a slurmrestd token for root: set "
+                "MEDBAY_SLURM_JWT_USER to the account it reads Slurm as",
+                permanent=True,
+            )
         if self.key_path:
             try:
                 key = Path(self.key_path).read_bytes()
@@ -123,8 +130,9 @@ class SlurmRestBackend(SlurmBackend):
 
     @classmethod
     def from_env(cls, slurm_conf: str | None = None, **options: Any) -> SlurmRestBackend:
-        """From MEDBAY_SLURMRESTD_URL and MEDBAY_SLURM_JWT_KEY or MEDBAY_SLURM_JWT_TOKEN_FILE
-        (with MEDBAY_SLURM_JWT_USER, the user that token is for)."""
+        """From MEDBAY_SLURMRESTD_URL, MEDBAY_SLURM_JWT_KEY or MEDBAY_SLURM_JWT_TOKEN_FILE,
+        and MEDBAY_SLURM_JWT_USER: the account reads are made as (the token file's user;
+        by default the portal's own account, which must not be root)."""
         url = os.environ.get("MEDBAY_SLURMRESTD_URL", "")
         if not url:
             raise BackendError("MEDBAY_SLURM_API=rest needs MEDBAY_SLURMRESTD_URL", permanent=True)

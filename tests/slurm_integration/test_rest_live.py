@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slurm
 
 # data_parser versions each version's slurmrestd offers (/openapi/v3), newest last.
 NEWEST_DATA_PARSER = {"24.11": "v0.0.42", "26.05": "v0.0.45"}
+READER = "bob"
 UID_JOB = "#!/bin/sh\nid -u > {path}\nsleep 300\n"
 
 
@@ -29,9 +30,10 @@ UID_JOB = "#!/bin/sh\nid -u > {path}\nsleep 300\n"
 def rest(minicluster, slurm):
     if "MEDBAY_SLURMRESTD_URL" not in minicluster:
         pytest.skip("this minicluster (Slurm 22.05) runs no slurmrestd")
+    # Reads as bob: Medbay never makes a token for root, and the tests run as root.
     return SlurmRestBackend(
         minicluster["MEDBAY_SLURMRESTD_URL"],
-        JwtAuth(key_path=minicluster["MEDBAY_SLURM_JWT_KEY"]),
+        JwtAuth(key_path=minicluster["MEDBAY_SLURM_JWT_KEY"], token_user=READER),
         slurm_conf=minicluster["SLURM_CONF"],
     )
 
@@ -80,10 +82,16 @@ def test_a_researchers_job_goes_through_slurmrestd_with_her_own_token_and_runs_a
     assert uid_file.stat().st_uid == pwd.getpwnam("alice").pw_uid
 
 
+def test_no_token_is_ever_made_for_root_so_reads_as_root_are_refused_before_slurm(rest):
+    as_root = SlurmRestBackend(rest.url, JwtAuth(key_path=rest.auth.key_path, token_user="root"))
+    with pytest.raises(BackendError, match="never makes or uses a slurmrestd token for root"):
+        as_root.nodes()
+
+
 def test_a_token_signed_with_another_key_is_refused_in_slurmrestds_words(rest, tmp_path):
     wrong_key = tmp_path / "wrong.key"
     wrong_key.write_bytes(b"x" * 32)
-    stranger = SlurmRestBackend(rest.url, JwtAuth(key_path=str(wrong_key)))
+    stranger = SlurmRestBackend(rest.url, JwtAuth(key_path=str(wrong_key), token_user=READER))
     stranger.api_version = rest.api_version
     with pytest.raises(BackendError) as raised:
         stranger.nodes()

@@ -62,6 +62,19 @@ def test_a_minted_token_names_only_its_user_and_expires_within_a_minute(tmp_path
     assert 0 < claims["exp"] - claims["iat"] <= 60
 
 
+def test_no_token_is_minted_or_read_for_root(tmp_path):
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    token_file = tmp_path / "token"
+    token_file.write_text("abc.def.ghi")
+    for auth in (
+        JwtAuth(key_path=str(key)),
+        JwtAuth(token_file=str(token_file), token_user="root"),
+    ):
+        with pytest.raises(BackendError, match="never makes or uses a slurmrestd token for root"):
+            auth.token_for("root")
+
+
 def test_a_token_file_speaks_only_for_its_own_user(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("SLURM_JWT=abc.def.ghi\n")
