@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from clusters.backends.base import BackendError, JobSubmission
+from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend, newest_data_parser
 
 KEY = b"k" * 32
@@ -151,3 +152,27 @@ def test_rest_needs_a_url(monkeypatch):
     with pytest.raises(BackendError, match="MEDBAY_SLURMRESTD_URL"):
         SlurmRestBackend.from_env()
     assert "MEDBAY_SLURMRESTD_URL" not in os.environ
+
+
+def test_medbay_slurm_api_rest_gives_the_portal_the_slurmrestd_backend(
+    settings, monkeypatch, tmp_path
+):
+    from clusters.backends import registry
+
+    key = tmp_path / "jwt.key"
+    key.write_bytes(KEY)
+    monkeypatch.setenv("MEDBAY_SLURMRESTD_URL", "http://rest.test:6820/")
+    monkeypatch.setenv("MEDBAY_SLURM_JWT_KEY", str(key))
+    monkeypatch.setenv("MEDBAY_SLURM_JWT_USER", "medbay")
+    settings.MEDBAY_BACKEND, settings.MEDBAY_MIN_UID = "slurm", 2000
+    try:
+        for api, expected in (("rest", SlurmRestBackend), ("cli", SlurmBackend)):
+            settings.MEDBAY_SLURM_API = api
+            registry.use(None)
+            assert type(registry.get_backend()) is expected
+        settings.MEDBAY_SLURM_API = "rest"
+        registry.use(None)
+        built = registry.get_backend()
+        assert (built.url, built.reader, built.min_uid) == ("http://rest.test:6820", "medbay", 2000)
+    finally:
+        registry.use(None)
