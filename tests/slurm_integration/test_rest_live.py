@@ -3,7 +3,7 @@
 Reads through REST agree with the CLI's on the same cluster; a researcher's job is
 submitted with a token minted for her alone and runs as her; a token signed with
 another key is refused with slurmrestd's own words. 22.05's minicluster runs no
-slurmrestd: there these are skipped, and `make test-slurm-versions` runs them.
+slurmrestd: conftest deselects these there; `make test-slurm-versions` runs them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from clusters.backends.base import BackendError, JobSubmission
 from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slurmrestd]
 
 # data_parser versions each version's slurmrestd offers (/openapi/v3), newest last.
 NEWEST_DATA_PARSER = {"24.11": "v0.0.42", "26.05": "v0.0.45"}
@@ -28,8 +28,7 @@ UID_JOB = "#!/bin/sh\nid -u > {path}\nsleep 300\n"
 
 @pytest.fixture
 def rest(minicluster, slurm):
-    if "MEDBAY_SLURMRESTD_URL" not in minicluster:
-        pytest.skip("this minicluster (Slurm 22.05) runs no slurmrestd")
+    assert "MEDBAY_SLURMRESTD_URL" in minicluster, "up printed no slurmrestd URL"
     # Reads as bob: Medbay never makes a token for root, and the tests run as root.
     return SlurmRestBackend(
         minicluster["MEDBAY_SLURMRESTD_URL"],
