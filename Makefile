@@ -26,9 +26,11 @@ test: $(STAMP)
 	@if [ "$$CI" = "true" ]; then ./.ci/services; fi
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+	@if [ "$$CI" = "true" ]; then $(MAKE) --no-print-directory test-slurm-versions; fi
 
 # The real-Slurm suites again on the newer Slurm versions, each from its Debian root
-# (built once and cached; see deploy/minicluster/README.md). CI runs it after `test`.
+# (built once and cached; see deploy/minicluster/README.md). `make test` runs it
+# after the suite when CI=true.
 SLURM_VERSIONS_TESTED ?= 24.11 26.05
 SLURM_VERSION_SUITES ?= tests/slurm_integration tests/e2e/test_restart_story_slurm.py
 # Not on the roots: the DDP example's job runs inside the root, whose Python (3.13 on
