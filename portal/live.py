@@ -26,7 +26,9 @@ BOARD_GROUP = "board"
 JOBS_GROUP = "jobs"
 EVENTS_GROUP = "events"
 REMEDIATION_GROUP = "remediation"
-ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP)
+# The board of a large cluster (clusters.fleet): compact deltas, never tiles.
+FLEET_GROUP = "fleet"
+ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP, FLEET_GROUP)
 JOBS_REGION = "jobs"
 
 # The in-memory layer's queues belong to the event loop the consumers run in;
