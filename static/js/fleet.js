@@ -152,13 +152,17 @@
         return response.json();
       })
       .then(function (payload) {
-        if (mine !== generation) {
-          return; // a newer fetch is on its way
+        var newest = mine === generation;
+        if (!newest && root.dataset.drawn) {
+          return; // a newer fetch is on its way and something is shown meanwhile
         }
-        var missed = loading;
-        loading = null;
+        // An older payload is still drawn when nothing is shown yet (the page's first
+        // fetch, overtaken by the socket's): the newer one follows.
         show(payload);
-        missed.forEach(apply);
+        (loading || []).forEach(apply);
+        if (newest) {
+          loading = null;
+        }
       })
       .catch(function (error) {
         loading = null;
