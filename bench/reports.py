@@ -20,6 +20,9 @@ import sys
 import time
 from urllib.parse import urlsplit
 
+# Before psycopg: bench/queue.py would otherwise stand in for the standard library's.
+import _setup  # noqa: F401
+
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_reports"
 CLUSTER = "bench-reports"
 
