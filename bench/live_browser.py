@@ -227,7 +227,15 @@ class SingleProcess:
 
 def serve_command(port: int) -> list[str]:
     # What production's medbay-web units run: daphne serving the static files too.
-    return [sys.executable, "manage.py", "serve", "--no-sync", "--addr", f"127.0.0.1:{port}"]
+    return [
+        sys.executable,
+        "manage.py",
+        "serve",
+        "--no-sync",
+        "--no-engine",
+        "--addr",
+        f"127.0.0.1:{port}",
+    ]
 
 
 def open_pages(browser, urls: list[str], count: int) -> list[tuple[str, object, list]]:

@@ -6,6 +6,15 @@
 The history is written once by a child process (so its memory does not count)
 and reused while its size matches. Prints {"days", "nodes", "jobs",
 "<report>_ms" (median of the runs) for every report, "peak_rss_mb", "db"}.
+
+    python bench/reports.py --accounting [--accounting-jobs 1000000] [--runs 3]
+
+imports that many finished jobs through `import_accounting` from `sacct --json`
+pages (a day of jobs each) built from the recorded 22.05 sample
+(tests/fixtures/slurm/22.05/accounting/), spread over a year, into an emptied
+accounting table, then times the accounting report over that year by each
+grouping. Building the pages is not counted; decoding and storing them is. Prints
+{"jobs", "import_jobs_per_s", "import_s", "accounting_<group>_ms", "peak_rss_mb", "db"}.
 """
 
 from __future__ import annotations
@@ -19,9 +28,6 @@ import subprocess
 import sys
 import time
 from urllib.parse import urlsplit
-
-# Before psycopg: bench/queue.py would otherwise stand in for the standard library's.
-import _setup  # noqa: F401
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_reports"
 CLUSTER = "bench-reports"
@@ -117,6 +123,53 @@ def _days_ago(days: int) -> str:
     return (timezone.localdate() - timedelta(days=days)).isoformat()
 
 
+def accounting_benchmark(args) -> dict:
+    from _setup import django_setup
+
+    django_setup()
+    from datetime import timedelta
+
+    from accounting_pages import RecordedPages
+    from django.db import connection
+    from django.utils import timezone
+
+    from clusters.models import Cluster
+    from jobs.accounting import import_accounting
+    from jobs.models import AccountingImport, AccountingJob
+    from portal.reports.accounting import GROUPS, usage
+    from portal.reports.params import ReportQuery
+
+    cluster, _ = Cluster.objects.get_or_create(name=CLUSTER + "-accounting")
+    AccountingJob.objects.filter(cluster=cluster).delete()
+    AccountingImport.objects.filter(cluster=cluster).delete()
+    days = 365
+    until = timezone.now().replace(microsecond=0)
+    since = until - timedelta(days=days)
+    pages = RecordedPages(args.accounting_jobs, since, days)
+    started = time.perf_counter()
+    result = import_accounting(cluster, pages, since=since, until=until)
+    import_s = time.perf_counter() - started - pages.building_s
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    figures = {
+        "jobs": result.records,
+        "import_jobs_per_s": round(result.records / import_s),
+        "import_s": round(import_s, 1),
+        "page_building_s": round(pages.building_s, 1),
+    }
+    query = ReportQuery(since.date(), until.date(), bucket="day", group="")
+    for group in GROUPS:
+        timings = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            usage(ReportQuery(query.start, query.end, bucket="day", group=group))
+            timings.append((time.perf_counter() - started) * 1000)
+        figures[f"accounting_{group}_ms"] = round(statistics.median(timings), 1)
+    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    figures["db"] = connection.vendor
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=int, default=90)
@@ -126,8 +179,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="rewrite the history")
     parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--accounting", action="store_true", help="the accounting import")
+    parser.add_argument("--accounting-jobs", type=int, default=1_000_000)
     args = parser.parse_args()
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
+    # bench/queue.py shadows the standard library's queue, which psycopg imports:
+    # _setup loads the real one first (ensure_database below imports psycopg).
+    import _setup  # noqa: F401
+
+    if args.accounting:
+        ensure_database(os.environ["DATABASE_URL"])
+        print(json.dumps(accounting_benchmark(args)))
+        return
     if args.generate_only:
         generate(args)
         return

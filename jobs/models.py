@@ -81,7 +81,12 @@ class Job(models.Model):
                 name="one_current_job_per_slurm_id",
             )
         ]
-        indexes = [models.Index(fields=["state"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            # Every row with an id, superseded ones too (the unique index above is
+            # partial): the accounting import matches its records by this.
+            models.Index(fields=["cluster", "slurm_id"], name="jobs_job_cluster_slurm_id"),
+        ]
         ordering = ["-slurm_id"]
 
     def __str__(self) -> str:
@@ -197,3 +202,75 @@ class JobTemplate(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner}: {self.name}"
+
+
+class AccountingJob(models.Model):
+    """One finished job attempt from Slurm's accounting (sacct), matched to Medbay's Job.
+
+    Imported, never edited by Medbay: a record is named by (cluster, Slurm id,
+    submit time), since Slurm reuses ids and gives each attempt of a requeued
+    job its own record and submit time. `job` is Medbay's own row for it, empty
+    for jobs Medbay never saw (from before it was installed).
+    """
+
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="accounting_jobs"
+    )
+    slurm_id = models.BigIntegerField()
+    submit_at = models.DateTimeField()
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="accounting_records"
+    )
+    name = models.CharField(max_length=255, blank=True)
+    user = models.CharField(max_length=64, blank=True)
+    account = models.CharField(max_length=64, blank=True)
+    partition = models.CharField(max_length=64, blank=True)
+    qos = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(db_index=True)
+    elapsed_s = models.PositiveBigIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)  # allocated gres/gpu
+    node_names = models.JSONField(default=list, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    # Requeues before this attempt: Slurm's restart_cnt (23.02+), else the REQUEUED
+    # attempts of the same job id just before it.
+    restarts = models.PositiveIntegerField(default=0)
+    imported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "slurm_id", "submit_at"],
+                name="one_accounting_record_per_attempt",
+            )
+        ]
+        indexes = [models.Index(fields=["cluster", "end_at"])]
+        ordering = ["-end_at", "-slurm_id"]
+
+    def __str__(self) -> str:
+        return f"accounting record of job {self.slurm_id} ({self.state})"
+
+
+class AccountingImport(models.Model):
+    """Append-only: one committed window of the accounting import and what it stored.
+
+    The import resumes from the latest window's end, so a crash between windows
+    loses nothing and a window read twice stores nothing twice.
+    """
+
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="accounting_imports"
+    )
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    records = models.PositiveIntegerField(default=0)
+    matched = models.PositiveIntegerField(default=0)  # records tied to one of Medbay's jobs
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-until", "-id"]
+        indexes = [models.Index(fields=["cluster", "until"])]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}: {self.since:%Y-%m-%d %H:%M} to {self.until:%Y-%m-%d %H:%M}"

@@ -1,8 +1,8 @@
 """Serves the ASGI application with daphne inside the current process.
 
-`demo` and `serve` run their background loops (simulator, Slurm sync) in the
-same process as the websockets, so the in-memory channel layer reaches every
-open page without Redis.
+`demo` and `serve` run their background loops (simulator, Slurm sync,
+remediation engine) in the same process as the websockets, so the in-memory
+channel layer reaches every open page without Redis.
 """
 
 from __future__ import annotations
@@ -15,6 +15,20 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise CommandError(f"--addr must look like 127.0.0.1:8000, got {addr!r}")
     return host, int(port)
+
+
+def start_engine(worker_id: str) -> None:
+    """One remediation engine worker on a thread of this process.
+
+    Workers claim runs through the database, so this one may run beside any
+    number of `run_engine` processes.
+    """
+    import threading
+
+    from clusters.remediation.engine import Engine
+
+    worker = Engine(worker_id=worker_id)
+    threading.Thread(target=worker.run_forever, name="engine", daemon=True).start()
 
 
 def serve(host: str, port: int) -> None:

@@ -8,6 +8,7 @@ channels-redis.
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 
 from csp.constants import NONE, SELF
@@ -22,6 +23,7 @@ from portal.env import (
     env_list,
     env_str,
 )
+from portal.ldap_config import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -82,6 +84,18 @@ AUTHENTICATION_BACKENDS = [
     "portal.views_auth.ThrottlingBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
+
+# Site directory log-in (LDAP, django-auth-ldap): off unless MEDBAY_LDAP_URI is set.
+# portal/ldap_config.py turns the MEDBAY_LDAP_* variables into AUTH_LDAP_* settings;
+# portal/ldap_login.py maps each log-in through portal.identity (roles from groups,
+# the Unix account from an attribute). After the throttle, so directory log-ins are
+# counted and locked like local ones; before local accounts, which still log in
+# when the directory is down.
+_ldap = ldap_settings(os.environ)
+MEDBAY_LDAP_URI = _ldap.pop("MEDBAY_LDAP_URI", "")
+if MEDBAY_LDAP_URI:
+    globals().update(_ldap)
+    AUTHENTICATION_BACKENDS.insert(1, "portal.ldap_login.DirectoryBackend")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -160,7 +174,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous calls a 401.
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api_tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -7,7 +7,8 @@ from rest_framework.routers import DefaultRouter
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
 from portal.metrics import metrics_view
-from portal.views_auth import ThrottledObtainAuthToken
+from portal.views_auth import LoginForm, ThrottledObtainAuthToken
+from portal.views_tokens import api_token_revoke, api_tokens
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -31,10 +32,12 @@ api_patterns = [
 ]
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(authentication_form=LoginForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("oidc/", include("portal.views_oidc")),
     path("admin/", admin.site.urls),
+    path("account/tokens/", api_tokens, name="api-tokens"),
+    path("account/tokens/<int:token_id>/revoke/", api_token_revoke, name="api-token-revoke"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),

@@ -15,10 +15,15 @@ from datetime import timedelta
 
 from axes.backends import AxesStandaloneBackend
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
+from django.core import exceptions as django_exceptions
 from django.http import JsonResponse
 from django.shortcuts import render
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+LOGIN_TOKEN_NAME = "API log-in"
 
 
 def client_ip(request) -> str:
@@ -66,7 +71,7 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
 
     def post(self, request, *args, **kwargs):
         try:
-            response = super().post(request, *args, **kwargs)
+            response = self._issue(request)
         except ValidationError:
             if getattr(request, "axes_locked_out", False):
                 return lockout(request)
@@ -74,6 +79,15 @@ class ThrottledObtainAuthToken(ObtainAuthToken):
         if getattr(request, "axes_locked_out", False):
             return lockout(request)
         return response
+
+    def _issue(self, request):
+        """A new token on every log-in, stored hashed (DRF's would be one, in the clear)."""
+        from portal.accounts import issue_api_token
+
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        _, raw = issue_api_token(serializer.validated_data["user"], LOGIN_TOKEN_NAME)
+        return Response({"token": raw})
 
 
 class ThrottlingBackend(AxesStandaloneBackend):
@@ -88,3 +102,26 @@ class ThrottlingBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username, password, **kwargs)
+
+
+class LoginForm(AuthenticationForm):
+    """Django's log-in form, which says why when a backend knows why it refused.
+
+    A backend that knows (the site directory is down, the account is disabled
+    there: portal/ldap_login.py) leaves `request.medbay_login_problem`; anything
+    else reads as a wrong name or password.
+    """
+
+    error_messages = {
+        **AuthenticationForm.error_messages,
+        "invalid_login": "Your user name and password didn't match. Please try again.",
+    }
+
+    def clean(self):
+        try:
+            return super().clean()
+        except django_exceptions.ValidationError:
+            problem = getattr(self.request, "medbay_login_problem", None)
+            if problem:
+                raise django_exceptions.ValidationError(problem, code="login_problem") from None
+            raise

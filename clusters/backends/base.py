@@ -108,6 +108,33 @@ class JobInfo:
 
 
 @dataclass(frozen=True)
+class AccountingRecord:
+    """One finished job attempt as Slurm's accounting (slurmdbd) recorded it.
+
+    A requeued job has one record per attempt: the earlier ones end in state
+    REQUEUED, each with its own submit time, which is why (cluster, job id,
+    submit time) and not the job id alone names a record.
+    """
+
+    cluster: str
+    job_id: int
+    submit_time: datetime
+    name: str = ""
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+    qos: str = ""
+    state: str = "COMPLETED"  # Slurm's upper-case state of this attempt
+    start_time: datetime | None = None  # None: it never ran (cancelled while pending)
+    end_time: datetime | None = None
+    elapsed_s: int = 0
+    gpus: int = 0  # allocated gres/gpu (TRES), 0 when it never ran
+    nodes: tuple[str, ...] = ()
+    exit_code: int | None = None  # None where Slurm's accounting does not say it
+    restart_count: int | None = None  # None where this Slurm does not record it
+
+
+@dataclass(frozen=True)
 class JobOutputPaths:
     """Where a job's batch script writes its output and errors (absolute, expanded)."""
 
@@ -180,6 +207,10 @@ class ClusterBackend(Protocol):
     def job_output_paths(self, job_id: int) -> JobOutputPaths: ...
     # Reads as USER, never as the portal's own account; raises JobFileError.
     def read_job_file(self, user: str, path: str, max_bytes: int) -> FileTail: ...
+
+    # Accounting: job attempts that ended in [start, end), from slurmdbd (sacct),
+    # including jobs from before Medbay watched the cluster.
+    def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]: ...
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from clusters.backends.base import (
+    AccountingRecord,
     BackendError,
     FileTail,
     JobFileError,
@@ -244,6 +245,40 @@ class SimulatedCluster:
 
     def private_data(self) -> frozenset[str]:
         return frozenset(self.private_data_kinds)
+
+    def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]:
+        """The simulator's own accounting: one record per finished job (it keeps no
+        separate record of attempts before a requeue, only the count)."""
+        with self._lock:
+            return [
+                self._accounting_record(job)
+                for job in self._jobs.values()
+                if job.state in TERMINAL_JOB_STATES
+                and job.end_time is not None
+                and start <= job.end_time < end
+            ]
+
+    def _accounting_record(self, job: SimJob) -> AccountingRecord:
+        ran = job.start_time is not None
+        elapsed = (job.end_time - job.start_time).total_seconds() if ran else 0
+        return AccountingRecord(
+            cluster=self.name,
+            job_id=job.job_id,
+            submit_time=job.submit_time,
+            name=job.name,
+            user=job.user,
+            account=job.account,
+            partition=job.partition,
+            qos="normal",
+            state=job.state,
+            start_time=job.start_time,
+            end_time=job.end_time,
+            elapsed_s=int(elapsed),
+            gpus=job.nodes_wanted * job.gpus_per_node if ran else 0,
+            nodes=tuple(job.nodes),
+            exit_code=job.exit_code,
+            restart_count=job.restart_count,
+        )
 
     def job(self, job_id: int) -> SimJob:
         try:

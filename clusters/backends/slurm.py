@@ -20,7 +20,9 @@ from typing import Any
 
 import msgspec
 
+from clusters.backends import slurm_accounting
 from clusters.backends.base import (
+    AccountingRecord,
     BackendError,
     FileTail,
     JobInfo,
@@ -193,6 +195,10 @@ class SlurmBackend:
         if not jobs:
             raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
         return jobs[0]
+
+    def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]:
+        """Job attempts that ended in [start, end), from slurmdbd (see slurm_accounting.py)."""
+        return slurm_accounting.finished_jobs(self, start, end)
 
     def private_data(self) -> frozenset[str]:
         """What the controller's PrivateData hides from ordinary users (`jobs`, `usage`, ...)."""

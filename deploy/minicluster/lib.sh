@@ -7,6 +7,9 @@ STATE_DIR="${MEDBAY_MINICLUSTER_STATE:-/var/tmp/medbay-minicluster}"
 CTLD_PORT="${MEDBAY_MINICLUSTER_CTLD_PORT:-16817}"
 DBD_PORT="${MEDBAY_MINICLUSTER_DBD_PORT:-16830}"
 FIRST_NODE_PORT="${MEDBAY_MINICLUSTER_NODE_PORT:-17001}"
+# One slurmdbd database per cluster, named after its slurmdbd port (unique on the
+# machine): two clusters on one database would share job ids and accounts.
+DBD_DATABASE="${MEDBAY_MINICLUSTER_DBD_DATABASE:-}"
 CLUSTER_NAME="medbay"
 
 log() {

@@ -21,7 +21,9 @@ from portal.roles import Role, has_role
 PARAMETERS = [
     OpenApiParameter("start", OpenApiTypes.DATE, description="first day (default: 30 days ago)"),
     OpenApiParameter("end", OpenApiTypes.DATE, description="last day, inclusive (default: today)"),
-    OpenApiParameter("group_by", str, enum=["day", "week", "partition", "pool", "account", "user"]),
+    OpenApiParameter(
+        "group_by", str, enum=["day", "week", "partition", "pool", "account", "user", "qos"]
+    ),
     OpenApiParameter("bucket", str, enum=["day", "week"], description="time bucket with a group"),
 ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from portal.reports.params import ReportQuery
@@ -22,6 +23,8 @@ class Table:
     title: str
     columns: list[tuple[str, str]]  # (key, heading)
     rows: list[dict] = field(default_factory=list)
+    # key -> the page a cell of that column links to (on the page only, not in exports).
+    links: dict[str, Callable[[dict], str]] = field(default_factory=dict)
 
     @property
     def keys(self) -> list[str]:
@@ -29,6 +32,13 @@ class Table:
 
     def as_lists(self) -> list[list]:
         return [[row.get(key) for key in self.keys] for row in self.rows]
+
+    def cells(self) -> list[list[tuple]]:
+        """(value, link or "") per cell, for the HTML table."""
+        return [
+            [(row.get(key), self.links[key](row) if key in self.links else "") for key in self.keys]
+            for row in self.rows
+        ]
 
 
 @dataclass

@@ -158,6 +158,11 @@ def utilization(query: ReportQuery) -> Report:
     report.notes.append(
         "Available GPU-hours count nodes in service: not down, failed, drained or replacing."
     )
+    if query.group and query.group not in JOB_GROUPS:
+        report.notes.append(
+            f"Medbay's own job records carry no {query.group}, so this table is not split by it; "
+            "the Accounting report splits Slurm's accounting by it."
+        )
     if not total_used and not total_free:
         report.message = NO_DATA
     return report

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from portal.reports import capacity, goodput, reliability
+from portal.reports import accounting, capacity, ettr, failures, goodput, lemons, reliability
 from portal.reports.base import Report
 from portal.reports.params import ReportQuery
 
@@ -15,6 +15,10 @@ REPORTS: dict[str, tuple[str, Callable[[ReportQuery], Report]]] = {
     "reliability": ("Reliability", reliability.reliability),
     "goodput": ("Goodput", goodput.goodput),
     "remediation": ("Remediation", reliability.remediation),
+    "accounting": ("Accounting", accounting.usage),
+    "lemons": ("Lemon nodes", lemons.lemons),
+    "failures": ("MTBF and MTTR", failures.failures),
+    "ettr": ("ETTR", ettr.ettr),
 }
 
 

@@ -138,6 +138,44 @@ def remediation(report: Report) -> list[go.Figure]:
     return [_figure("Runs by action and trigger", traces, barmode="stack")]
 
 
+def accounting(report: Report) -> list[go.Figure]:
+    table = report.table()
+    names = [str(row["group"]) or "(none)" for row in table.rows]
+    traces = [go.Bar(x=names, y=[row["gpu_h"] for row in table.rows], name="GPU-h")]
+    return [_figure(table.title, traces, yaxis={"title": "GPU-h"})]
+
+
+def lemons(report: Report) -> list[go.Figure]:
+    table = report.table("nodes")
+    rows = table.rows[:20]
+    names = [row["node"] for row in rows]
+    traces = [
+        go.Bar(x=names, y=[row["faults"] for row in rows], name="faults"),
+        go.Bar(x=names, y=[row["expected"] for row in rows], name="expected at the fleet's rate"),
+    ]
+    return [_figure("Faults against the fleet's rate", traces, yaxis={"title": "faults"})]
+
+
+def failures(report: Report) -> list[go.Figure]:
+    table = report.table("by_xid")
+    names = [row["xid"] for row in table.rows]
+    traces = [
+        go.Bar(x=names, y=[row["mtbf_h"] for row in table.rows], name="MTBF (GPU-h)"),
+    ]
+    return [_figure("MTBF by XID", traces, yaxis={"title": "GPU-hours"})]
+
+
+def ettr(report: Report) -> list[go.Figure]:
+    table = report.table("by_account")
+    names = [str(row["account"]) or "(none)" for row in table.rows]
+    causes = [key for key in table.keys if key.endswith("_gpu_h")]
+    traces = (
+        go.Bar(x=names, y=[row[key] for row in table.rows], name=dict(table.columns)[key])
+        for key in causes
+    )
+    return [_figure("Productive and lost GPU-hours by account", traces, barmode="stack")]
+
+
 BUILDERS = {
     "utilization": utilization,
     "training_share": training_share,
@@ -145,6 +183,10 @@ BUILDERS = {
     "reliability": reliability,
     "goodput": goodput,
     "remediation": remediation,
+    "accounting": accounting,
+    "lemons": lemons,
+    "failures": failures,
+    "ettr": ettr,
 }
 
 

@@ -14,7 +14,7 @@ from portal.reports.intervals import Span
 MAX_DAYS = 366
 DEFAULT_DAYS = 30
 BUCKETS = {"day": timedelta(days=1), "week": timedelta(days=7)}
-GROUPINGS = ("partition", "pool", "account", "user")
+GROUPINGS = ("partition", "pool", "account", "user", "qos")
 # `group_by` takes a time bucket or a dimension, as the API contract spells it.
 GROUP_BY_CHOICES = [
     ("day", "day"),

@@ -244,6 +244,30 @@ def history(cluster, sim, command) -> dict:
     return {"jobs": stats.jobs, "node_changes": stats.node_changes}
 
 
+def recorded_accounting(cluster, sim, command) -> dict:
+    """Slurm's accounting of alice's and bob's jobs (the recorded 22.05 sacct --json),
+    imported by `import_accounting` as from a real cluster."""
+    from datetime import datetime, timedelta
+    from pathlib import Path
+
+    from clusters.backends.slurm_accounting import finished_in
+    from clusters.backends.slurm_parsers import decode_accounting_json
+    from jobs.accounting import import_accounting
+
+    sample = Path(__file__).resolve().parent.parent / "fixtures/slurm/22.05/accounting"
+    records = decode_accounting_json((sample / "sacct_D_X_alice_bob.json").read_text())
+
+    class Recorded:
+        name = "slurm"
+
+        def finished_jobs(self, start, end):
+            return finished_in(records, start, end)
+
+    since = datetime.fromisoformat(command["since"])
+    result = import_accounting(cluster, Recorded(), since=since, until=since + timedelta(days=1))
+    return {"records": result.records}
+
+
 def superuser(cluster, sim, command) -> dict:
     """A superuser, who sees every page of Django's admin site (the admin role sees none)."""
     from portal.accounts import create_user_with_role
@@ -253,6 +277,17 @@ def superuser(cluster, sim, command) -> dict:
     user.is_superuser = True
     user.save(update_fields=["is_superuser"])
     return {"pk": user.pk}
+
+
+def medbay_user(cluster, sim, command) -> dict:
+    """`manage.py medbay_user ARGS` inside the portal, whose sockets a disable must close."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("medbay_user", *command["args"], stdout=out)
+    return {"output": out.getvalue()}
 
 
 COMMANDS = {
@@ -268,7 +303,9 @@ COMMANDS = {
     "drop_sockets": drop_sockets,
     "progress": progress,
     "history": history,
+    "recorded_accounting": recorded_accounting,
     "superuser": superuser,
+    "medbay_user": medbay_user,
 }
 
 

@@ -39,7 +39,7 @@ def main(port: int) -> None:
     serve(port)
 
 
-def seed() -> None:
+def seed(users: dict[str, str] = USERS) -> None:
     from django.core.management import call_command
 
     from clusters.backends import registry
@@ -54,7 +54,7 @@ def seed() -> None:
     cluster = ensure_cluster(backend)
     sync_once(cluster, backend)
     Partition.objects.filter(cluster=cluster, name="train").update(checkpoint_grace_s=GRACE_S)
-    for username, role in USERS.items():
+    for username, role in users.items():
         create_user_with_role(username, Role(role), PASSWORD)
     SyncLoop(cluster, backend, interval_s=1).start()
     worker = Engine("e2e-slurm-engine")

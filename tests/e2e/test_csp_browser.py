@@ -21,7 +21,7 @@ from tests.e2e.conftest import WATCH_SOCKET, log_in, wait_for_socket, watch_for_
 pytestmark = pytest.mark.browser
 
 REPORTS = ("utilization", "training_share", "availability", "reliability", "goodput")
-REPORTS += ("remediation",)
+REPORTS += ("remediation", "accounting", "lemons", "failures", "ettr")
 
 WATCH_VIOLATIONS = """
 window.__cspViolations = [];
@@ -58,6 +58,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         "/remediation/",
         f"/remediation/{objects['run']}/",
         "/api/v1/docs/",
+        "/account/tokens/",
     ]
     submitters = ["/jobs/templates/"]
     managers = [f"/reports/{name}/" for name in REPORTS] + ["/reports/?print=1"]
@@ -68,6 +69,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         "/remediation/policies/new/",
         "/remediation/replay/",
         "/partitions/edits/",
+        "/health/agents/",
         "/admin/",
     ]
     return {

@@ -65,3 +65,35 @@ def test_a_manager_switches_report_tabs_in_place_and_the_filters_follow_the_tab(
     expect(page.locator("#report-reliability")).to_have_count(1)
     expect(page.locator("#report-utilization")).to_have_count(0)
     assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
+
+
+def test_a_manager_reads_gpu_hours_by_team_then_by_qos_from_slurms_accounting(page, portal):
+    """The recorded accounting of 2026-12-01: alice (vision) 2 GPUs x 3 s, then 8 x 4 s
+    and 8 x 30 s over a requeue; bob (nlp) 1 x 2 s under QOS high and 8 x 9 s."""
+    assert portal.command("recorded_accounting", since="2026-12-01T00:00:00+00:00")["records"] == 5
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/accounting/?start=2026-12-01&end=2026-12-01&group_by=account")
+    section = page.locator("#report-accounting")
+    expect(section.locator("h2")).to_contain_text("Usage by account")
+    rows = section.locator("table tbody tr")
+    expect(rows).to_have_count(2)
+    # vision: 6 + 32 + 240 = 278 GPU-seconds; nlp: 2 + 72 = 74.
+    expect(rows.nth(0)).to_contain_text("vision")
+    expect(rows.nth(0)).to_contain_text("278")
+    expect(rows.nth(1)).to_contain_text("nlp")
+    expect(rows.nth(1)).to_contain_text("74")
+    expect(section.locator(".plot-container svg").first).to_be_attached()
+
+    page.get_by_label("Group by").select_option("qos")
+
+    expect(page).to_have_url(re.compile(r"group_by=qos"))
+    expect(section.locator("table tbody tr")).to_have_count(2)
+    expect(section.locator("table tbody tr").nth(0)).to_contain_text("normal")
+    high = section.locator("table tbody tr").nth(1)
+    expect(high).to_contain_text("high")
+    expect(high).to_contain_text("74")
+    expect(section.get_by_role("link", name="CSV")).to_have_attribute(
+        "href", re.compile(r"accounting\.csv\?.*group_by=qos")
+    )
+    assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"

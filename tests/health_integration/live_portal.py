@@ -139,7 +139,9 @@ class PortalServer:
 
     def seed(self, nodes: int = 8) -> dict[str, str]:
         """Migrate and sync a fault-free simulated cluster; returns {role: (user, password)}."""
-        output = self.manage("demo", "--no-serve", "--nodes", str(nodes), "--fault-boost", "0")
+        output = self.manage(
+            "demo", "--no-serve", "--nodes", str(nodes), "--fault-boost", "0", "--history-days", "0"
+        )
         users = re.findall(r"^\s*(\w+)\s+user (\S+)\s+password (\S+)\s*$", output, re.M)
         return {role: (username, password) for role, username, password in users}
 

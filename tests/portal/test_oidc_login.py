@@ -321,3 +321,34 @@ def test_a_bad_role_map_gives_a_clear_page_not_a_500(client, settings):
 
     assert answer.status_code == 503
     assert "&#x27;wizard&#x27; is not a Medbay role" in answer.content.decode()
+
+
+def test_the_portal_refuses_to_start_with_a_role_map_naming_no_role():
+    import os
+    import subprocess
+    import sys
+
+    from tests.e2e.portal_server import ROOT
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEDBAY_OIDC_")}
+    site = {
+        "MEDBAY_OIDC_CLIENT_ID": "medbay",
+        "MEDBAY_OIDC_CLIENT_SECRET": "s3cret",
+        "MEDBAY_OIDC_ISSUER": "http://127.0.0.1:9/",
+    }
+
+    def check(role_map: str) -> subprocess.CompletedProcess:
+        env = {**clean, "DEBUG": "true", **site, "MEDBAY_OIDC_ROLE_GROUPS": role_map}
+        return subprocess.run(
+            [sys.executable, "manage.py", "check"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert check("researcher=ml-users").returncode == 0
+    wizard = check("wizard=ml-users")
+    assert wizard.returncode != 0
+    assert "MEDBAY_OIDC_ROLE_GROUPS: 'wizard' is not a Medbay role" in wizard.stderr

@@ -15,7 +15,18 @@ from tests.reports.conftest import RANGE, at
 
 pytestmark = pytest.mark.django_db
 
-NAMES = ["utilization", "training_share", "availability", "reliability", "goodput", "remediation"]
+NAMES = [
+    "utilization",
+    "training_share",
+    "availability",
+    "reliability",
+    "goodput",
+    "remediation",
+    "accounting",
+    "lemons",
+    "failures",
+    "ettr",
+]
 
 
 def logged_in(user) -> Client:

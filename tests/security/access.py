@@ -84,6 +84,11 @@ ACCESS: dict[str, Access] = {
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),
     "remediation-replay": page(get=ADMINS, post=ADMINS),
     "node-action": page(get=ADMINS, post=ADMINS),
+    # Tokens: everyone their own; agent tokens for nodes are admins' business.
+    "api-tokens": page(get=MEDBAY, post=MEDBAY),
+    "api-token-revoke": page(post=MEDBAY),
+    "agent-tokens": page(get=ADMINS, post=ADMINS),
+    "agent-token-revoke": page(post=ADMINS),
     "node-repair": page(post=ADMINS),
     "partition-edits": page(get=ADMINS, post=ADMINS),
     # Reports.

@@ -118,7 +118,21 @@ PARAMS_BY_URL: dict[str, dict[str, Filler]] = {
     "api:api-report": {"name": lambda world: "utilization"},
     "api:api-report-csv": {"name": lambda world: "utilization"},
     "admin:auth_user_password_change": {"id": lambda world: world.users["researcher"].pk},
+    "api-token-revoke": {"token_id": lambda world: _api_token(world).pk},
+    "agent-token-revoke": {"token_id": lambda world: _node_token(world).pk},
 }
+
+
+def _api_token(world):
+    from portal.accounts import issue_api_token
+
+    return issue_api_token(world.users["researcher"], "matrix")[0]
+
+
+def _node_token(world):
+    from health.models import NodeToken
+
+    return NodeToken.issue(world.node)[0]
 
 
 def fill(route: Route, world, raw: dict[str, str] | None = None) -> str:

@@ -79,9 +79,9 @@ def wsgi_app():
 
 @pytest.fixture
 def admin_token(world):
-    from rest_framework.authtoken.models import Token
+    from portal.accounts import issue_api_token
 
-    return Token.objects.create(user=world.users["admin"]).key
+    return issue_api_token(world.users["admin"], "fuzz")[1]
 
 
 def test_the_schema_the_fuzzer_reads_is_the_one_the_api_serves(world, client):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from health.models import HealthEvent, NodeToken
+from portal.accounts import issue_api_token
 from tests.security.conftest import client_for
 
 pytestmark = pytest.mark.django_db
@@ -115,7 +115,7 @@ BODIES = {
 
 @pytest.mark.parametrize("body", BODIES.values(), ids=BODIES.keys())
 def test_hostile_json_bodies_are_a_400_before_reaching_a_view(world, body):
-    token = Token.objects.create(user=world.users["admin"]).key
+    token = issue_api_token(world.users["admin"], "hostile input")[1]
     for url in ("/api/v1/jobs/", "/api/v1/remediations/"):
         response = Client().post(
             url, body, content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}"
@@ -126,7 +126,7 @@ def test_hostile_json_bodies_are_a_400_before_reaching_a_view(world, body):
 
 def test_a_json_body_over_the_size_limit_is_a_413(world, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
-    token = Token.objects.create(user=world.users["admin"]).key
+    token = issue_api_token(world.users["admin"], "hostile input")[1]
 
     response = Client().post(
         "/api/v1/jobs/",

@@ -684,6 +684,9 @@ REFERENCE_ONLY = {
     "24.11/squeue_array_expanded.txt",
     "24.11/squeue_custom.txt",
     "24.11/squeue_long.txt",
+    # sacct's text beside its JSON, and an empty window (no records at all).
+    "22.05/accounting/sacct_D_X_alice_bob.txt",
+    "22.05/accounting/sacct_nothing_found.json",
 }
 for folder in ("snapshot2_draining_notresponding", "snapshot3_down_notresponding"):
     for name in ("sinfo.txt", "sinfo_Nl.txt", "sinfo_R.txt", "sinfo_custom_gres.txt", "squeue.txt"):

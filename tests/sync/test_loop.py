@@ -65,6 +65,7 @@ def test_serve_runs_the_sync_loop_beside_the_server_on_slurm(backend, settings, 
     monkeypatch.setattr(
         "clusters.management.commands.serve.serve", lambda host, port: served.append((host, port))
     )
+    monkeypatch.setattr("clusters.management.commands.serve.start_engine", lambda worker: None)
     try:
         out = StringIO()
         call_command("serve", "--addr", "127.0.0.1:8123", stdout=out)
@@ -81,5 +82,17 @@ def test_serve_on_the_simulator_does_not_sync(db, settings, monkeypatch):
     started = []
     monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
     monkeypatch.setattr("clusters.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("clusters.management.commands.serve.start_engine", lambda worker: None)
     call_command("serve", stdout=StringIO())
     assert started == []
+
+
+def test_serve_runs_a_remediation_engine_beside_the_server_unless_told_not_to(db, monkeypatch):
+    engines = []
+    monkeypatch.setattr("clusters.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("clusters.management.commands.serve.start_engine", engines.append)
+    out = StringIO()
+    call_command("serve", "--no-sync", "--addr", "127.0.0.1:8124", stdout=out)
+    call_command("serve", "--no-sync", "--no-engine", stdout=StringIO())
+    assert engines == ["serve-8124"]
+    assert "Remediation engine running in this process" in out.getvalue()

@@ -16,9 +16,16 @@ Nothing here runs a command or imports Django.
 
 The parsers live by format and kind: values.py (numbers, times, hostlists, GRES,
 node states), text.py (scontrol text, slurm.conf, config), json_nodes.py and
-json_jobs.py (JSON, sacct included); every name is importable from here.
+json_jobs.py (JSON, sacct included), json_accounting.py (sacct's finished
+attempts for the accounting import); every name is importable from here.
 """
 
+from clusters.backends.slurm_parsers.json_accounting import (
+    AccountingParseError,
+    accounting_errors,
+    decode_accounting_json,
+    parse_accounting_json,
+)
 from clusters.backends.slurm_parsers.json_jobs import (
     JOB_JSON_KEYS,
     JobListParser,
@@ -94,6 +101,10 @@ from clusters.backends.slurm_parsers.values import (
 )
 
 __all__ = [
+    "AccountingParseError",
+    "accounting_errors",
+    "decode_accounting_json",
+    "parse_accounting_json",
     "BASE_STATE_ALIASES",
     "FLAG_ALIASES",
     "GRES_PREFIX",

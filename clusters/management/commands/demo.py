@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 from django.conf import settings
@@ -12,12 +11,19 @@ from django.utils import timezone
 
 from clusters.backends import registry
 from clusters.backends.simulated import SimulatedCluster
-from clusters.history import generate_history
+from clusters.history import FIELD_RATE, generate_history
 from clusters.models import Cluster
 from clusters.simulation import SimulationLoop
 from portal.accounts import create_demo_users
+from portal.reports.params import DEFAULT_DAYS
 from portal.server import parse_addr as _parse_addr
 from portal.server import serve as _serve
+from portal.server import start_engine
+
+# At the field rate a month of a 32-node demo holds one or two faults, and the
+# reliability report would read zeros; the live demo's own boost (200x) would
+# replace a node a day. 20x gives a few dozen faults a month.
+HISTORY_BOOST = 20.0
 
 
 class Command(BaseCommand):
@@ -43,8 +49,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--history-days",
             type=int,
-            default=0,
-            help="first write this many days of synthetic past for the reports",
+            # As many days as a report shows by default, so that none opens on zeros.
+            default=DEFAULT_DAYS,
+            help="first write this many days of synthetic past for the reports "
+            f"(default {DEFAULT_DAYS}; 0 for none)",
         )
 
     def handle(self, *args, **options):
@@ -61,14 +69,20 @@ class Command(BaseCommand):
         loop = SimulationLoop(sim, cluster)
         loop.step(timedelta(minutes=30))
         if options["history_days"] > 0:
-            stats = generate_history(cluster, options["history_days"], seed=options["seed"])
+            stats = generate_history(
+                cluster,
+                options["history_days"],
+                seed=options["seed"],
+                fault_rate_per_gpu_day=FIELD_RATE * min(options["fault_boost"], HISTORY_BOOST),
+            )
             self.stdout.write(f"History: {stats}")
         users = create_demo_users()
         self._print_welcome(host, port, users)
         if options["no_serve"]:
             return
         loop.start()
-        _start_engine()
+        # One remediation worker in the demo process, on the same simulated cluster.
+        start_engine("demo-engine")
         _serve(host, port)
 
     def _print_welcome(self, host, port, users) -> None:
@@ -76,14 +90,6 @@ class Command(BaseCommand):
         self.stdout.write("Demo users (passwords are new on every start):")
         for username, role, password in users:
             self.stdout.write(f"  {role:<10} user {username:<8} password {password}")
-
-
-def _start_engine() -> None:
-    """One remediation worker in the demo process, on the same simulated cluster."""
-    from clusters.remediation.engine import Engine
-
-    worker = Engine(worker_id="demo-engine")
-    threading.Thread(target=worker.run_forever, name="engine", daemon=True).start()
 
 
 def _build_simulator(options) -> SimulatedCluster:

@@ -1,9 +1,10 @@
-"""`manage.py serve`: the portal under daphne, with the Slurm sync in-process.
+"""`manage.py serve`: the portal under daphne, with the Slurm sync and an engine in-process.
 
 With the in-memory channel layer a live update reaches only websockets of the
-process that published it, so the sync loop runs here, on a thread beside the
-server. With REDIS_URL set, `slurm_sync` may run as its own process instead
-(`--no-sync` here).
+process that published it, so the sync loop and one remediation engine worker
+run here, on threads beside the server; without an engine nothing found is
+ever remediated. With REDIS_URL set, `slurm_sync` and `run_engine` may run as
+their own processes instead (`--no-sync`, `--no-engine` here).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from django.core.management.base import BaseCommand
 
 from clusters.backends import registry
 from clusters.sync import SyncLoop, ensure_cluster
-from portal.server import parse_addr, serve
+from portal.server import parse_addr, serve, start_engine
 
 
 class Command(BaseCommand):
@@ -23,6 +24,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000", help="host:port to serve on")
+        parser.add_argument(
+            "--engine",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="run a remediation engine worker in this process (default: on)",
+        )
         parser.add_argument(
             "--sync",
             action=argparse.BooleanOptionalAction,
@@ -42,5 +49,8 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Syncing cluster {cluster.name} every {settings.MEDBAY_SYNC_INTERVAL_S:g}s"
             )
+        if options["engine"]:
+            start_engine(f"serve-{port}")
+            self.stdout.write("Remediation engine running in this process")
         self.stdout.write(self.style.SUCCESS(f"Medbay at http://{host}:{port}/"))
         serve(host, port)

@@ -1,9 +1,10 @@
 """`manage.py node_token NODE`: issue (or rotate) a node agent's token."""
 
+import os
+
 from django.core.management.base import BaseCommand, CommandError
 
-from clusters.models import Node
-from health.models import NodeToken
+from health.node_tokens import NodeTokenError, issue_node_token
 
 
 class Command(BaseCommand):
@@ -14,16 +15,14 @@ class Command(BaseCommand):
         parser.add_argument("--output", help="write the token to this file (mode 0600)")
 
     def handle(self, *args, **options):
-        node = Node.objects.filter(name=options["node"]).first()
-        if node is None:
-            raise CommandError(f"Unknown node {options['node']!r}; run a sync first.")
-        _, raw = NodeToken.issue(node)
+        try:
+            token, raw = issue_node_token(options["node"])
+        except NodeTokenError as error:
+            raise CommandError(str(error)) from None
         if options["output"]:
-            import os
-
             fd = os.open(options["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(raw + "\n")
-            self.stdout.write(f"Token for {node.name} written to {options['output']}")
+            self.stdout.write(f"Token for {token.node.name} written to {options['output']}")
         else:
             self.stdout.write(raw)

@@ -1,0 +1,1 @@
+from tests.ldap_integration.directory import directory  # noqa: F401
