@@ -261,7 +261,12 @@ def handle_incident(incident: Incident, *, policies: dict | None = None) -> Deci
     decision = decide(incident, policies=policies)
     if decision.action is None:
         return decision.but("nothing to do")
-    if Remediation.objects.filter(incident=incident).exists():
+    # on_incidents read `handled` for every incident in one query moments ago; a call
+    # from elsewhere asks here.
+    handled = getattr(incident, "handled", None)
+    if handled is None:
+        handled = Remediation.objects.filter(incident=incident).exists()
+    if handled:
         return decision.but("already handled")
     node = incident.node
     busy = Remediation.objects.filter(node=node, status__in=[str(s) for s in ACTIVE]).first()
