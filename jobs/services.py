@@ -28,7 +28,7 @@ from jobs.accounts import (
     unix_user_for,
 )
 from jobs.forms import stored_params
-from jobs.live import publish_jobs
+from jobs.live import poke_job_pages, publish_jobs
 from jobs.models import (
     ACTIVE_JOB_STATES,
     Job,
@@ -225,13 +225,20 @@ def record_progress(
 ) -> JobProgress:
     now = timezone.now()
     JobToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return JobProgress.objects.create(
+    progress = JobProgress.objects.create(
         job=token.job,
         step=step,
         checkpoint_saved=checkpoint_saved,
         restart_count=restart_count,
         reported_at=now,
     )
+    if checkpoint_saved:
+        # A checkpoint changes the story (where the job resumes from, the work a
+        # restart lost): often the one written on TERM arrives after the restart
+        # is already shown, and an open page must not keep the earlier account.
+        job = token.job
+        transaction.on_commit(lambda: poke_job_pages(job.cluster_id, [job.slurm_id]))
+    return progress
 
 
 def save_template(user, name: str, params: dict) -> JobTemplate:
