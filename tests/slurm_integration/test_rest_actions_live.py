@@ -59,7 +59,8 @@ def cluster_command(version: str, state: Path, *args: str) -> subprocess.Complet
 @pytest.fixture(scope="module")
 def operator_cluster(minicluster):
     version = minicluster["MEDBAY_SLURM_VERSION"]
-    state = Path(f"/var/tmp/medbay-rest-actions-{version}")
+    # Named after its ports: a state folder remembers the slurmdbd (and database) it met.
+    state = Path(f"/var/tmp/medbay-rest-actions-{version}-{PORTS[version]}")
     started = cluster_command(
         version, state, str(UP), "--accounting", "--nodes", "2", "--spares", "1", "--infer", "1"
     )

@@ -111,7 +111,7 @@ def test_polls_ask_only_for_what_changed_since_the_last_answer(rest, slurm):
     def recording(method, url, **kwargs):
         response = send(method, url, **kwargs)
         unchanged = response.status_code == 304 or "changes since update_time" in response.text
-        asked.append((url.rsplit("/", 2)[-2], kwargs.get("params"), unchanged))
+        asked.append((url.rstrip("/").rsplit("/", 1)[-1], kwargs.get("params"), unchanged))
         return response
 
     rest.session.request = recording
