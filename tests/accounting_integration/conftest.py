@@ -22,9 +22,9 @@ from tests.slurm_integration.conftest import (
 
 ACCOUNTING_STATE = "/var/tmp/medbay-accounting"
 ACCOUNTING_PORTS = {
-    "MEDBAY_MINICLUSTER_CTLD_PORT": "36817",
-    "MEDBAY_MINICLUSTER_NODE_PORT": "37001",
-    "MEDBAY_MINICLUSTER_DBD_PORT": "36830",
+    "MEDBAY_MINICLUSTER_CTLD_PORT": "27817",
+    "MEDBAY_MINICLUSTER_NODE_PORT": "27901",
+    "MEDBAY_MINICLUSTER_DBD_PORT": "27830",
 }
 ACCOUNTING_OPTIONS = ["--accounting", "--nodes", "2", "--spares", "0", "--infer", "1"]
 
