@@ -48,9 +48,8 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[index]
 
 
-def seed_cluster(name: str, nodes: int, *, seed: int = 1, rounds: int | None = None):
-    """A simulated cluster of `nodes` 8-GPU nodes with a workload (`rounds` minutes of
-    job arrivals, nodes / 4 unless given), synced to the DB."""
+def seed_cluster(name: str, nodes: int, *, seed: int = 1):
+    """A simulated cluster of `nodes` 8-GPU nodes with a workload, synced to the DB."""
     from datetime import timedelta
 
     from clusters.backends.simulated import SimulatedCluster
@@ -64,7 +63,7 @@ def seed_cluster(name: str, nodes: int, *, seed: int = 1, rounds: int | None = N
         train=nodes - 2 * spare, infer=spare, spare=spare, seed=seed, prefix="bench"
     )
     sim.fault_rate_per_gpu_day = 0
-    for _ in range(nodes // 4 if rounds is None else rounds):
+    for _ in range(nodes // 4):
         sim.generate_workload()
         sim.advance(timedelta(minutes=1))
     apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())

@@ -39,7 +39,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "clusters.holders",
             "clusters.backends*",
             "clusters.board",
-            "clusters.fleet",
             "clusters.live",
         ),
     ),
