@@ -1,8 +1,9 @@
 """Time from an XID 79 to the job running again, on the real local Slurm.
 
-    python bench/recovery.py [--grace 10]
+    python bench/recovery.py [--grace 10] [--slurm 22.05|24.11|26.05]
 
-Needs the minicluster (SLURM_CONF set, or deploy/minicluster/up is run). A
+Needs the minicluster (SLURM_CONF set, or deploy/minicluster/up is run; with
+--slurm, `up --slurm V` is always run and its clients put first on PATH). A
 2-node checkpointing job runs on gpu-01/02 beside a job filling gpu-03/04; the
 kernel line of an XID 79 on gpu-02 goes through the agent's parser, ingestion,
 the XID 79 policy and the engine (SlurmBackend + SlurmSparesFleet). The floor is
@@ -10,7 +11,7 @@ a bare `scontrol requeue` of the same job until it runs again, measured in the
 same run; overhead = xid_to_running - grace - floor.
 
 Prints {"grace_s", "xid_to_drain_s", "xid_to_requeue_s", "xid_to_running_s",
-"slurm_requeue_floor_s", "overhead_s", "resumed_from_step"}.
+"slurm_requeue_floor_s", "overhead_s", "resumed_from_step", "slurm_version"}.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The example researchers copy, with a run long enough to outlast the recovery.
 TRAIN = (ROOT / "examples" / "checkpoint_job.sbatch").read_text()
 TRAIN_ENV = {"TRAIN_STEPS": "10000000", "SAVE_EVERY": "1000000"}
+SLURM_VERSIONS = ("22.05", "24.11", "26.05")
 FILLER = """#!/bin/bash
 #SBATCH --job-name=bench-filler
 #SBATCH --partition=train
@@ -40,16 +42,24 @@ sleep 3600
 """
 
 
-def ensure_slurm() -> None:
-    if os.environ.get("SLURM_CONF"):
+def ensure_slurm(version: str | None) -> None:
+    """Starts (or finds) the minicluster; a named version is always asked of `up`,
+    since a SLURM_CONF already set may be another version's cluster."""
+    if os.environ.get("SLURM_CONF") and not version:
         return
-    done = subprocess.run(
-        [str(ROOT / "deploy" / "minicluster" / "up")], capture_output=True, text=True, check=True
-    )
+    command = [str(ROOT / "deploy" / "minicluster" / "up")]
+    if version:
+        command += ["--slurm", version]
+    # Building a version's Debian root the first time takes about a minute.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"recovery bench: {' '.join(command[1:]) or 'up'} failed:\n{done.stderr}")
     for line in done.stdout.splitlines():
         if line.startswith("export ") and "=" in line:
             key, _, value = line.removeprefix("export ").partition("=")
-            os.environ[key.strip()] = value.strip()
+            # 24.11 and 26.05 print PATH=<state>/bin:$PATH (that version's clients).
+            value = value.strip().replace("$PATH", os.environ.get("PATH", ""))
+            os.environ[key.strip()] = value
 
 
 def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
@@ -176,6 +186,12 @@ def measure_recovery(slurm, folder: Path, grace: int) -> dict:
     }
 
 
+def slurm_version() -> str:
+    """What the clients say (`slurm-wlm 26.05.5` -> `26.05.5`), measured, not the flag."""
+    done = subprocess.run(["sinfo", "--version"], capture_output=True, text=True, check=False)
+    return done.stdout.split()[-1] if done.stdout.split() else "unknown"
+
+
 def _finished(run) -> bool:
     run.refresh_from_db()
     return run.status in ("succeeded", "failed", "needs_attention", "cancelled")
@@ -184,8 +200,13 @@ def _finished(run) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--grace", type=int, default=10)
+    parser.add_argument(
+        "--slurm",
+        choices=SLURM_VERSIONS,
+        help="run on this Slurm's minicluster (deploy/minicluster/up --slurm V)",
+    )
     args = parser.parse_args()
-    ensure_slurm()
+    ensure_slurm(args.slurm)
     database = tempfile.mkdtemp(prefix="medbay-bench-recovery-")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{database}/recovery.sqlite3")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -219,6 +240,7 @@ def main() -> None:
                 "slurm_requeue_floor_s": round(floor, 2),
                 "overhead_s": round(marks["running"] - args.grace - floor, 2),
                 "resumed_from_step": marks["resumed"],
+                "slurm_version": slurm_version(),
             }
         )
     )

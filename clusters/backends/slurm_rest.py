@@ -4,8 +4,22 @@ Reads (nodes, jobs, one job, ping) go through slurmrestd with the newest data_pa
 version the server offers (`/openapi/v3`); their JSON is the same document
 `scontrol show ... --json` prints for that version, so the same parsers read it.
 Partitions stay on `scontrol -o show partition` (the JSON of 24.11 and 26.05 does not
-say which partition is the default), and node and job actions stay on the CLI
-(inherited from SlurmBackend): deploy/minicluster/README.md has the version table.
+say which partition is the default).
+
+Node and job actions (drain/fail/down/resume, signal, hold/release, and requeue where
+the version has an endpoint for it: v0.0.45 does, v0.0.42 does not) go through
+slurmrestd when an operator account is configured (`MEDBAY_SLURM_JWT_OPERATOR`) and
+the server's spec offers the endpoint; otherwise they stay on the CLI (inherited from
+SlurmBackend). slurmctld decides who may act: node updates need a Slurm super user
+(the SlurmUser, or AdminLevel=Administrator in slurmdbd), actions on other users'
+jobs an operator. The operator is never root. deploy/minicluster/README.md has the
+version table.
+
+The sync's polls of nodes and jobs ask only for what changed (`update_time`, the
+previous answer's `last_update` less a second): when nothing changed slurmctld sends
+nothing and slurmrestd says so, with an empty 304 (26.05's nodes) or an empty list and
+a warning ("No job changes since ..."), and the previous list is used again; after
+any change it sends the whole list.
 
 Job submission goes through slurmrestd as the researcher: with the site's JWT key
 the backend mints a token for that one Unix user, valid for seconds, and submits
@@ -31,8 +45,12 @@ import requests
 
 from clusters.backends.base import BackendError, JobInfo, JobSubmission, NodeInfo
 from clusters.backends.slurm import (
+    RESUME_REFUSALS,
+    SAFE_SIGNAL,
     SlurmBackend,
     checked_env,
+    checked_node,
+    checked_reason,
     checked_user,
     current_user,
     decode_json,
@@ -41,6 +59,7 @@ from clusters.backends.slurm import (
     raise_json_errors,
 )
 from clusters.backends.slurm_parsers import decode_jobs_json, parse_jobs_json, parse_nodes_json
+from clusters.backends.slurm_parsers.values import plain_number
 
 DEFAULT_TIMEOUT_S = 10.0
 # A submission token only has to outlive one request.
@@ -48,7 +67,21 @@ TOKEN_LIFETIME_S = 30
 DATA_PARSER_PATH = re.compile(r"^/slurm/(v0\.0\.(\d+))/jobs/?$")
 # Statuses that retrying cannot fix: a bad request, a refused token, an unknown id.
 PERMANENT_STATUSES = {400, 401, 403, 404, 405, 422, 511}
+# Slurm refusals retrying cannot fix, whatever the HTTP status: 24.11 answers a drain by
+# a user who may not drain with 500 "Invalid user id" (26.05: 422). Protocol
+# authentication error, invalid user id, invalid job id.
+PERMANENT_SLURM_ERRORS = {1007, 2010, 2017}
 DEFAULT_MIN_UID = 1000
+# slurmrestd's warning when slurmctld answered SLURM_NO_CHANGE_IN_DATA to update_time.
+NOT_MODIFIED = 304
+NOTHING_CHANGED = re.compile(r"^No (?:job|node)s? changes since")
+# Actions through slurmrestd: (path under /slurm/vX/, method) in the server's spec.
+REST_ACTIONS = {
+    "node_update": ("node/{node_name}", "post"),
+    "job_signal": ("job/{job_id}", "delete"),
+    "job_update": ("job/{job_id}", "post"),
+    "job_requeue": ("job/{job_id}/requeue", "get"),  # v0.0.45 (26.05) on; a GET, as specified
+}
 
 
 class JwtAuth:
@@ -117,6 +150,7 @@ class SlurmRestBackend(SlurmBackend):
         rest_timeout: float = DEFAULT_TIMEOUT_S,
         session: requests.Session | None = None,
         min_uid: int = DEFAULT_MIN_UID,
+        operator: str | None = None,
         **cli_options: Any,
     ) -> None:
         super().__init__(slurm_conf, **cli_options)
@@ -127,12 +161,19 @@ class SlurmRestBackend(SlurmBackend):
         self.min_uid = min_uid
         # Reads are made as the portal's own account, like the CLI's.
         self.reader = auth.token_user
+        # Node and job actions are made as this account (a Slurm operator/admin, never
+        # root); without one they stay on the CLI.
+        self.operator = operator
+        # "nodes"/"jobs" -> (the server's last_update, the list it described).
+        self.last_answer: dict[str, tuple[int, list]] = {}
+        self.full_node_polls = False
 
     @classmethod
     def from_env(cls, slurm_conf: str | None = None, **options: Any) -> SlurmRestBackend:
         """From MEDBAY_SLURMRESTD_URL, MEDBAY_SLURM_JWT_KEY or MEDBAY_SLURM_JWT_TOKEN_FILE,
         and MEDBAY_SLURM_JWT_USER: the account reads are made as (the token file's user;
-        by default the portal's own account, which must not be root)."""
+        by default the portal's own account, which must not be root);
+        MEDBAY_SLURM_JWT_OPERATOR: the account node and job actions are made as."""
         url = os.environ.get("MEDBAY_SLURMRESTD_URL", "")
         if not url:
             raise BackendError("MEDBAY_SLURM_API=rest needs MEDBAY_SLURMRESTD_URL", permanent=True)
@@ -141,19 +182,33 @@ class SlurmRestBackend(SlurmBackend):
             token_file=os.environ.get("MEDBAY_SLURM_JWT_TOKEN_FILE") or None,
             token_user=os.environ.get("MEDBAY_SLURM_JWT_USER") or None,
         )
+        operator = os.environ.get("MEDBAY_SLURM_JWT_OPERATOR") or None
+        if operator:
+            options.setdefault("operator", operator)
         return cls(url, auth, slurm_conf=slurm_conf, **options)
 
     # ------------------------------------------------------------ HTTP
 
     def request(
-        self, method: str, path: str, *, user: str | None = None, body: Any = None
+        self,
+        method: str,
+        path: str,
+        *,
+        user: str | None = None,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
     ) -> bytes:
         """The body of a successful request; BackendError with slurmrestd's own message."""
         user = user or self.reader
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": self.auth.token_for(user)}
         try:
             response = self.session.request(
-                method, self.url + path, headers=headers, json=body, timeout=self.rest_timeout
+                method,
+                self.url + path,
+                headers=headers,
+                json=body,
+                params=params,
+                timeout=self.rest_timeout,
             )
         except requests.Timeout as error:
             raise BackendError(
@@ -165,18 +220,34 @@ class SlurmRestBackend(SlurmBackend):
             ) from error
         if response.status_code >= 400:
             raise rest_error(response)
+        if response.status_code == NOT_MODIFIED:
+            # An update_time poll with nothing changed (26.05's nodes answer so).
+            return b""
         return response.content
 
-    def get_json(self, path: str) -> dict[str, Any]:
-        payload = decode_rest_json(self.request("GET", path))
+    def get_json(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        payload = decode_rest_json(self.request("GET", path, params=params))
         raise_json_errors(["slurmrestd"], payload)
         return payload
 
     @cached_property
+    def openapi_paths(self) -> dict[str, Any]:
+        """The server's `/openapi/v3` paths, asked once."""
+        return decode_rest_json(self.request("GET", "/openapi/v3")).get("paths") or {}
+
+    @cached_property
     def api_version(self) -> str:
-        """The newest data_parser version (`v0.0.45`) the server offers, asked once."""
-        spec = decode_rest_json(self.request("GET", "/openapi/v3"))
-        return newest_data_parser(spec)
+        """The newest data_parser version (`v0.0.45`) the server offers."""
+        return newest_data_parser({"paths": self.openapi_paths})
+
+    def acts_through_rest(self, action: str) -> bool:
+        """Whether `action` (a REST_ACTIONS key) goes through slurmrestd: an operator
+        is configured and the server's spec has the endpoint at api_version."""
+        if not self.operator:
+            return False
+        path, method = REST_ACTIONS[action]
+        entry = self.openapi_paths.get(self.api(path)) or {}
+        return method in entry
 
     def api(self, path: str) -> str:
         return f"/slurm/{self.api_version}/{path}"
@@ -192,14 +263,66 @@ class SlurmRestBackend(SlurmBackend):
         pings = payload.get("pings") or []
         return any(ping.get("responding") is True for ping in pings if ping.get("primary", True))
 
+    def since_last_answer(self, what: str) -> dict[str, str] | None:
+        """`update_time` for the next poll: a second before the last answer's
+        `last_update`, so a change within that same second is never missed."""
+        last = self.last_answer.get(what)
+        return {"update_time": str(last[0] - 1)} if last else None
+
+    def unchanged(self, what: str, payload: Mapping[str, Any]) -> list | None:
+        """The previous list again when slurmrestd says nothing changed since."""
+        last = self.last_answer.get(what)
+        if last is None or payload.get(what):
+            return None
+        for warning in payload.get("warnings") or []:
+            text = warning.get("description", "") if isinstance(warning, dict) else warning
+            if isinstance(text, str) and NOTHING_CHANGED.match(text):
+                return list(last[1])
+        return None
+
+    def remember(self, what: str, payload: Mapping[str, Any], parsed: list) -> None:
+        last_update = plain_number(payload.get("last_update"))
+        if last_update:
+            self.last_answer[what] = (last_update, parsed)
+        else:
+            self.last_answer.pop(what, None)
+
     def nodes(self) -> list[NodeInfo]:
-        return parse_nodes_json(self.get_json(self.api("nodes")))
+        since = None if self.full_node_polls else self.since_last_answer("nodes")
+        try:
+            body = self.request("GET", self.api("nodes"), params=since)
+        except BackendError:
+            if since is None:
+                raise
+            # 24.11's slurmrestd (v0.0.42) asks for partitions with the same update_time
+            # and answers 500 "Unspecified error" when nodes changed but partitions did
+            # not (measured); from then on this backend polls nodes in full.
+            self.full_node_polls = True
+            body = self.request("GET", self.api("nodes"))
+        if not body and "nodes" in self.last_answer:
+            return list(self.last_answer["nodes"][1])
+        payload = decode_rest_json(body)
+        raise_json_errors(["slurmrestd"], payload)
+        unchanged = self.unchanged("nodes", payload)
+        if unchanged is not None:
+            return unchanged
+        nodes = parse_nodes_json(payload)
+        self.remember("nodes", payload, nodes)
+        return list(nodes)
 
     def jobs(self) -> list[JobInfo]:
-        payload = decode_jobs_json(self.request("GET", self.api("jobs")))
+        body = self.request("GET", self.api("jobs"), params=self.since_last_answer("jobs"))
+        if not body and "jobs" in self.last_answer:
+            return list(self.last_answer["jobs"][1])
+        payload = decode_jobs_json(body)
         raise_json_errors(["slurmrestd"], payload)
+        unchanged = self.unchanged("jobs", payload)
+        if unchanged is not None:
+            return unchanged
         raise_if_no_controller_answered(["slurmrestd", "GET", "jobs"], payload)
-        return self.job_list_parser.parse(payload)
+        jobs = self.job_list_parser.parse(payload)
+        self.remember("jobs", payload, jobs)
+        return list(jobs)
 
     def job(self, job_id: int) -> JobInfo:
         payload = self.get_json(self.api(f"job/{int(job_id)}"))
@@ -207,6 +330,73 @@ class SlurmRestBackend(SlurmBackend):
         if not jobs:
             raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
         return jobs[0]
+
+    # ------------------------------------------------------------ actions
+
+    def act(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        what: str,
+    ) -> None:
+        """One action as the operator; slurmrestd's errors, and per-job results with
+        an error code, are BackendErrors in its own words."""
+        payload = decode_rest_json(
+            self.request(method, self.api(path), user=self.operator, body=body, params=params)
+        )
+        raise_json_errors(["slurmrestd", what], payload)
+        for result in payload.get("results") or payload.get("status") or []:
+            if isinstance(result, dict) and result.get("error_code"):
+                message = result.get("error") or result.get("why") or result["error_code"]
+                raise BackendError(f"slurmrestd {what}: {message}", permanent=True)
+
+    def set_node_state(self, node: str, state: str, reason: str) -> None:
+        if not self.acts_through_rest("node_update"):
+            return super().set_node_state(node, state, reason)
+        body = {"state": [state.upper()], "reason": checked_reason(reason)}
+        self.act("POST", f"node/{checked_node(node)}", body=body, what=f"{state} {node}")
+
+    def resume_node(self, node: str) -> None:
+        if not self.acts_through_rest("node_update"):
+            return super().resume_node(node)
+        try:
+            self.act("POST", f"node/{checked_node(node)}", body={"state": ["RESUME"]},
+                     what=f"resume {node}")  # fmt: skip
+        except BackendError as error:
+            # As on the CLI: a node that needs no resume is already where the caller wants it.
+            if not any(refusal in error.message for refusal in RESUME_REFUSALS):
+                raise
+            if self.node_needs_resume(node):
+                raise
+
+    def signal_job(self, job_id: int, signal: str = "USR1", *, batch_only: bool = True) -> None:
+        if not self.acts_through_rest("job_signal"):
+            return super().signal_job(job_id, signal, batch_only=batch_only)
+        if not SAFE_SIGNAL.match(signal or ""):
+            raise BackendError(f"invalid signal name {signal!r}", permanent=True)
+        # BATCH_JOB is `scancel --batch` (the batch shell only); FULL_JOB is `--full`.
+        params = {"signal": signal, "flags": "BATCH_JOB" if batch_only else "FULL_JOB"}
+        self.act("DELETE", f"job/{int(job_id)}", params=params, what=f"signal job {job_id}")
+
+    def hold_job(self, job_id: int) -> None:
+        if not self.acts_through_rest("job_update"):
+            return super().hold_job(job_id)
+        self.act("POST", f"job/{int(job_id)}", body={"hold": True}, what=f"hold job {job_id}")
+
+    def release_job(self, job_id: int) -> None:
+        if not self.acts_through_rest("job_update"):
+            return super().release_job(job_id)
+        self.act("POST", f"job/{int(job_id)}", body={"hold": False}, what=f"release {job_id}")
+
+    def requeue_job(self, job_id: int, *, hold: bool = False) -> None:
+        # v0.0.42 (24.11) has no requeue endpoint: `scontrol requeue` there.
+        if not self.acts_through_rest("job_requeue"):
+            return super().requeue_job(job_id, hold=hold)
+        params = {"Hold": ""} if hold else None
+        self.act("GET", f"job/{int(job_id)}/requeue", params=params, what=f"requeue {job_id}")
 
     # ------------------------------------------------------------ submission
 
@@ -286,6 +476,10 @@ def rest_error(response: requests.Response) -> BackendError:
     except msgspec.MsgspecError:
         payload = None
     errors = payload.get("errors") if isinstance(payload, dict) else None
+    if errors and any(
+        isinstance(e, dict) and e.get("error_number") in PERMANENT_SLURM_ERRORS for e in errors
+    ):
+        permanent = True
     if errors:
         details = [
             str(e.get("error") or e.get("description") or e) if isinstance(e, dict) else str(e)

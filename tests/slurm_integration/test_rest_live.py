@@ -16,6 +16,7 @@ import pytest
 
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
+from tests.slurm_integration.conftest import TEST_REASON_PREFIX
 from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurmrestd]
@@ -97,3 +98,40 @@ def test_a_token_signed_with_another_key_is_refused_in_slurmrestds_words(rest, t
     assert raised.value.message == "slurmrestd 511: Protocol authentication error"
     assert raised.value.permanent
     assert not stranger.controller_up()
+
+
+def test_polls_ask_only_for_what_changed_since_the_last_answer(rest, slurm):
+    """slurmctld answers `update_time` with nothing when nothing changed: jobs as an
+    empty list with a "No job changes since" warning, nodes as an empty 304; after a
+    change, the whole list again. 24.11's node polls answer 500 once nodes changed and
+    partitions did not, and the backend polls its nodes in full from then on."""
+    asked = []
+    send = rest.session.request
+
+    def recording(method, url, **kwargs):
+        response = send(method, url, **kwargs)
+        unchanged = response.status_code == 304 or "changes since update_time" in response.text
+        asked.append((url.rstrip("/").rsplit("/", 1)[-1], kwargs.get("params"), unchanged))
+        return response
+
+    rest.session.request = recording
+    rest.jobs()
+    wait_for(lambda: rest.jobs() is not None and asked[-1][2], 15, "a job poll saying no change")
+    assert "update_time" in asked[-1][1]
+    job_id = slurm.submit_job(JobSubmission(script=UID_JOB.format(path="/dev/null"), user="bob"))
+    wait_for(lambda: job_id in {job.job_id for job in rest.jobs()}, 15, "the new job")
+    assert "update_time" in asked[-1][1] and not asked[-1][2]
+
+    nodes = rest.nodes()
+    slurm.drain_node("gpu-03", f"{TEST_REASON_PREFIX} update_time")
+    wait_for(
+        lambda: next(n for n in rest.nodes() if n.name == "gpu-03").flags & {"drain"}, 15,
+        "the drain in a node poll",
+    )  # fmt: skip
+    assert nodes and asked[-1][0] == "nodes"
+    if rest.api_version == "v0.0.42":
+        assert rest.full_node_polls and asked[-1][1] is None
+    else:
+        assert "update_time" in asked[-1][1] and not rest.full_node_polls
+        rest.nodes()
+        wait_for(lambda: rest.nodes() is not None and asked[-1][2], 15, "a node poll, no change")

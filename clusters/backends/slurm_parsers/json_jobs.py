@@ -160,6 +160,7 @@ _JobList = msgspec.defstruct(
     [
         ("jobs", list[_JobRecord], msgspec.UNSET),
         ("errors", Any, msgspec.UNSET),
+        ("warnings", Any, msgspec.UNSET),  # slurmrestd's "No job changes since ..."
         ("last_update", Any, msgspec.UNSET),
     ],
 )
