@@ -48,8 +48,9 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[index]
 
 
-def seed_cluster(name: str, nodes: int, *, seed: int = 1):
-    """A simulated cluster of `nodes` 8-GPU nodes with a workload, synced to the DB."""
+def seed_cluster(name: str, nodes: int, *, seed: int = 1, rounds: int | None = None):
+    """A simulated cluster of `nodes` 8-GPU nodes with a workload (`rounds` minutes of
+    job arrivals, nodes / 4 unless given), synced to the DB."""
     from datetime import timedelta
 
     from clusters.backends.simulated import SimulatedCluster
@@ -63,7 +64,7 @@ def seed_cluster(name: str, nodes: int, *, seed: int = 1):
         train=nodes - 2 * spare, infer=spare, spare=spare, seed=seed, prefix="bench"
     )
     sim.fault_rate_per_gpu_day = 0
-    for _ in range(nodes // 4):
+    for _ in range(nodes // 4 if rounds is None else rounds):
         sim.generate_workload()
         sim.advance(timedelta(minutes=1))
     apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs())

@@ -11,7 +11,9 @@ writes, live publish) on PostgreSQL by default.
 
 Prints {"nodes", "jobs", "cycle_ms_p50", "cycle_ms_p95", "cycle_cpu_ms_p50",
 "parse_cpu_ms_p50" (the share of the cycle spent parsing Slurm's output),
-"queries_per_cycle", "queries_constant", "slurm_version", "db"}.
+"queries_per_cycle", "queries_constant", "peak_rss_mb" (this process's peak resident
+memory: the synthetic Slurm's own records included, so an upper bound for a sync
+process), "rss_before_sync_mb" (those records alone), "slurm_version", "db"}.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import copy
 import json
 import os
 import random
+import resource
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -226,6 +229,7 @@ def main() -> None:
     from clusters.sync import sync_once
 
     slurm = SyntheticSlurm(args.slurm_version, args.nodes, args.jobs)
+    before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Cluster.objects.filter(name="bench-sync").delete()
     cluster = Cluster.objects.create(name="bench-sync", backend="slurm")
     sync_once(cluster, slurm)  # the first cycle creates every row; not what is measured
@@ -260,6 +264,9 @@ def main() -> None:
                 "parse_cpu_ms_p50": round(percentile(parse, 50), 1),
                 "queries_per_cycle": max(queries),
                 "queries_constant": len(set(queries)) == 1,
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                # The synthetic Slurm's records alone, before any sync: not the sync's.
+                "rss_before_sync_mb": round(before_sync_mb),
                 "slurm_version": args.slurm_version,
                 "db": connection.vendor,
             }

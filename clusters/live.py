@@ -6,17 +6,21 @@ rolled back; the sending itself is portal.live's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 from django.template.loader import render_to_string
 
 from clusters.board import BoardFilter, board_rows, render_tiles
+from clusters.fleet import delta as fleet_delta
 from clusters.models import Cluster
 from portal import live
 
 # The board's counts: a region of their own, since each board counts what its
 # own filters show (clusters.views.board renders it).
 COUNTS_REGION = "board-counts"
+# The fleet view's table of nodes that are not healthy (clusters.fleet).
+PROBLEMS_REGION = "fleet-problems"
 
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
@@ -28,6 +32,9 @@ def publish_nodes(node_ids: Iterable[int]) -> None:
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
     live.send_html(live.BOARD_GROUP, render_tiles(rows, gpus, oob=True))
     live.poke(live.BOARD_GROUP, [COUNTS_REGION])
+    # Fleet pages get the changed nodes' GPU letters, painted in place (static/js/fleet.js).
+    live.send_html(live.FLEET_GROUP, json.dumps(fleet_delta(rows, gpus), separators=(",", ":")))
+    live.poke(live.FLEET_GROUP, [COUNTS_REGION, PROBLEMS_REGION])
     live.poke_node_pages(row["name"] for row in rows)
 
 

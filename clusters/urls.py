@@ -4,6 +4,7 @@ from clusters import views
 
 urlpatterns = [
     path("", views.board, name="board"),
+    path("board/fleet.json", views.fleet_data, name="fleet-data"),
     path("nodes/<str:name>/", views.node_detail, name="node-detail"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
 
+from clusters import fleet
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
-from clusters.live import COUNTS_REGION
+from clusters.live import COUNTS_REGION, PROBLEMS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from clusters.remediation.actions import action_menu
 from health.queries import recent_events_for_node
@@ -15,17 +18,21 @@ from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, is_admin, role_required
 
 
-@pushable(COUNTS_REGION)
+@pushable(COUNTS_REGION, PROBLEMS_REGION)
 @role_required(*ANY_ROLE)
 def board(request):
-    if request.htmx and request.htmx.target == COUNTS_REGION:
+    target = request.htmx.target if request.htmx else None
+    if target in (COUNTS_REGION, PROBLEMS_REGION):
         # Everyone sees the same counts for the same filters: one rendering for all.
-        return shared_region(request, COUNTS_REGION, lambda: _board(request))
+        return shared_region(request, target, lambda: _board(request))
     return _board(request)
 
 
 def _board(request):
     node_filter = BoardFilter.from_query(request.GET)
+    problems = request.htmx and request.htmx.target == PROBLEMS_REGION
+    if problems or node_filter.apply(Node.objects.all()).count() > fleet.tiles_max():
+        return _fleet(request, node_filter)
     rows, gpus = board_rows(node_filter)
     context = {
         "tiles": render_tiles(rows, gpus),
@@ -42,6 +49,34 @@ def _board(request):
     if request.htmx and request.htmx.target == COUNTS_REGION:
         return render(request, "clusters/partials/counts.html", context)
     return render(request, "clusters/board.html", context)
+
+
+def _fleet(request, node_filter: BoardFilter):
+    """The board of a large cluster: a canvas of every GPU, drawn by static/js/fleet.js."""
+    target = request.htmx.target if request.htmx else None
+    context = {"counts": fleet.counts(node_filter), "filter": node_filter}
+    if target == COUNTS_REGION:
+        return render(request, "clusters/partials/counts.html", context)
+    problems, problem_count = fleet.problem_rows(node_filter)
+    context.update(problems=problems, problem_count=problem_count, shown=fleet.PROBLEM_ROWS)
+    if target == PROBLEMS_REGION:
+        return render(request, "clusters/partials/fleet_problems.html", context)
+    context.update(
+        node_count=node_filter.apply(Node.objects.all()).count(),
+        partitions=Partition.objects.values_list("name", flat=True).distinct(),
+        pools=PoolKind.choices,
+        statuses=NodeStatus.choices,
+        cluster=Cluster.objects.order_by("pk").first(),
+        data_url=f"{reverse('fleet-data')}?{request.GET.urlencode()}",
+        node_url=reverse("node-detail", args=["NODE"]),
+    )
+    return render(request, "clusters/fleet.html", context)
+
+
+@role_required(*ANY_ROLE)
+def fleet_data(request):
+    """The fleet view's payload: node names and one letter per GPU, grouped by partition."""
+    return JsonResponse(fleet.payload(BoardFilter.from_query(request.GET)))
 
 
 @role_required(*ANY_ROLE)

@@ -22,8 +22,10 @@ def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
         return
     live.poke(live.JOBS_GROUP, [live.JOBS_REGION])
     shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
-    for cluster_id, slurm_id in shown:
-        poke_job_pages(cluster_id, [slurm_id])
+    live.poke_many(
+        (live.job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
+        for cluster_id, slurm_id in sorted(set(shown))
+    )
 
 
 def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
@@ -33,5 +35,7 @@ def poke_job_pages(cluster_id: int, slurm_ids: Iterable[int]) -> None:
     sync cycle changes hundreds of jobs that nobody is looking at; so the page
     is poked and fetches its story itself: only pages that are open pay for it.
     """
-    for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids}):
-        live.poke(live.job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
+    live.poke_many(
+        (live.job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
+        for slurm_id in sorted({int(slurm_id) for slurm_id in slurm_ids})
+    )

@@ -26,7 +26,9 @@ BOARD_GROUP = "board"
 JOBS_GROUP = "jobs"
 EVENTS_GROUP = "events"
 REMEDIATION_GROUP = "remediation"
-ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP)
+# The board of a large cluster (clusters.fleet): compact deltas, never tiles.
+FLEET_GROUP = "fleet"
+ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP, FLEET_GROUP)
 JOBS_REGION = "jobs"
 
 # The in-memory layer's queues belong to the event loop the consumers run in;
@@ -48,10 +50,16 @@ def send_html(group: str, html: str) -> None:
 
 def send_event(group: str, event: dict) -> None:
     """Send one channel-layer event to every socket in `group`; failures never break a caller."""
+    send_events([(group, event)])
+
+
+def send_events(events: list[tuple[str, dict]]) -> None:
+    """Send (group, event) pairs in order, in one trip through the channel layer;
+    failures never break a caller."""
     try:
-        _group_send(group, event)
+        _group_send_many(events)
     except Exception:  # a dead Redis must not fail the request that changed state
-        logger.warning("Live update to %s not delivered", group, exc_info=True)
+        logger.warning("Live updates to %d group(s) not delivered", len(events), exc_info=True)
 
 
 _sending: set[asyncio.Task] = set()
@@ -63,9 +71,20 @@ def _sent(task: asyncio.Task) -> None:
         logger.warning("Live update not delivered", exc_info=task.exception())
 
 
-def _group_send(group: str, message: dict) -> None:
+async def _send_all(layer, events: list[tuple[str, dict]]) -> None:
+    for group, message in events:
+        try:
+            await layer.group_send(group, message)
+        except Exception:  # one group's failure must not keep the others from theirs
+            logger.warning("Live update not delivered to %s", group, exc_info=True)
+
+
+def _group_send_many(events: list[tuple[str, dict]]) -> None:
+    """Send EVENTS (group, message) in order, in one trip through the layer's event loop:
+    `async_to_sync` starts a thread per call, which for the pages of the 3,000 jobs a
+    sync cycle of a large cluster changes cost more than the cycle's own work."""
     layer = get_channel_layer()
-    if layer is None:
+    if layer is None or not events:
         return
     try:
         running = asyncio.get_running_loop()
@@ -74,7 +93,7 @@ def _group_send(group: str, message: dict) -> None:
     if running is not None:
         # The loop keeps only a weak reference to a task: keep it until it is
         # done, or it may be collected mid-send and its error never seen.
-        task = running.create_task(layer.group_send(group, message))
+        task = running.create_task(_send_all(layer, events))
         _sending.add(task)
         task.add_done_callback(_sent)
         return
@@ -86,9 +105,9 @@ def _group_send(group: str, message: dict) -> None:
         and loop.is_running()
         and not in_loop_thread
     ):
-        asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(timeout=5)
+        asyncio.run_coroutine_threadsafe(_send_all(layer, events), loop).result(timeout=5)
         return
-    async_to_sync(layer.group_send)(group, message)
+    async_to_sync(_send_all)(layer, events)
 
 
 def session_group(session_key: str) -> str:
@@ -108,7 +127,7 @@ def close_sockets(group: str, code: int) -> None:
     live updates stopped): the page must be reloaded, which asks again who it is.
     """
     try:
-        _group_send(group, {"type": "live.close", "code": code})
+        _group_send_many([(group, {"type": "live.close", "code": code})])
     except Exception:  # the page closes anyway when it next talks to the server
         logger.warning("Could not close the sockets of %s", group, exc_info=True)
 
@@ -124,11 +143,21 @@ def poke(group: str, regions: Iterable[str]) -> None:
     Either way a page applies only what it shows, in order, and a socket never
     carries rows its user may not see.
     """
-    names = sorted(set(regions))
-    if names:
-        for name in names:
-            _bump_region(name)
-        send_event(group, {"type": "live.poke", "regions": names})
+    poke_many([(group, regions)])
+
+
+def poke_many(pokes: Iterable[tuple[str, Iterable[str]]]) -> None:
+    """`poke` for many groups at once (the pages of every job a sync cycle changed),
+    sent in one trip through the channel layer; failures never break a caller."""
+    events = []
+    for group, regions in pokes:
+        names = sorted(set(regions))
+        if names:
+            for name in names:
+                _bump_region(name)
+            events.append((group, {"type": "live.poke", "regions": names}))
+    if events:
+        send_events(events)
 
 
 def poke_message(names: Iterable[str]) -> str:
@@ -165,8 +194,7 @@ def node_page_group(name: str) -> str:
 
 
 def poke_node_pages(names: Iterable[str]) -> None:
-    for name in sorted(set(names)):
-        poke(node_page_group(name), [f"node-{name}"])
+    poke_many((node_page_group(name), [f"node-{name}"]) for name in sorted(set(names)))
 
 
 def job_page_group(cluster_id: int, slurm_id: int) -> str:

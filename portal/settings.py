@@ -256,6 +256,13 @@ MEDBAY_REAPPLY_POOLS = env_bool("MEDBAY_REAPPLY_POOLS", True)
 MEDBAY_SPARE_FOR_RESEARCHERS = env_bool("MEDBAY_SPARE_FOR_RESEARCHERS", False)
 MEDBAY_SIM_SEED = env_int("MEDBAY_SIM_SEED", 42)
 MEDBAY_SIM_TIME_SCALE = env_float("MEDBAY_SIM_TIME_SCALE", 60.0)
+# The layout a process builds its own simulator from (the demo's: an eighth infer, an
+# eighth spare), so that separate `run_engine` processes act on the benchmark's nodes.
+# Above this many nodes (after the filters) the board is the fleet view: a canvas of
+# every GPU instead of a card per node (clusters.fleet).
+MEDBAY_BOARD_TILES_MAX = env_int("MEDBAY_BOARD_TILES_MAX", 512)
+MEDBAY_SIM_NODES = env_int("MEDBAY_SIM_NODES", 32)
+MEDBAY_SIM_PREFIX = env_str("MEDBAY_SIM_PREFIX", "gpu")
 # Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
 MEDBAY_BREAKER_PARTITION_PCT = env_float("MEDBAY_BREAKER_PARTITION_PCT", 10.0)
 MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)

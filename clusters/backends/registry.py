@@ -61,8 +61,11 @@ def _build_backend(name: str) -> ClusterBackend:
         return SlurmBackend(slurm_conf=settings.SLURM_CONF or None)
     from clusters.backends.simulated import SimulatedCluster
 
-    return SimulatedCluster.standard(
-        seed=settings.MEDBAY_SIM_SEED, time_scale=settings.MEDBAY_SIM_TIME_SCALE
+    return SimulatedCluster.sized(
+        settings.MEDBAY_SIM_NODES,
+        prefix=settings.MEDBAY_SIM_PREFIX,
+        seed=settings.MEDBAY_SIM_SEED,
+        time_scale=settings.MEDBAY_SIM_TIME_SCALE,
     )
 
 

@@ -52,6 +52,10 @@ MAX_BACKOFF_S = 60.0
 # A single run_once pass never spins forever on a step that keeps asking to be
 # retried at once; the next pass picks it up again.
 MAX_STEPS_PER_PASS = 500
+# A worker that finished a step goes on with the same run while its next step is due
+# at once, up to this many steps, instead of putting it at the back of the queue: in a
+# storm of 500 runs every step would otherwise wait for a step of each other run.
+MAX_STEPS_PER_CLAIM = 25
 DONE = frozenset({StepOutcome.SUCCEEDED, StepOutcome.SKIPPED, StepOutcome.DRY_RUN})
 
 
@@ -87,9 +91,14 @@ class Engine:
     # ------------------------------------------------------------- the loop
     def run_once(self) -> int:
         """Advance due runs one step at a time until none is due; returns the steps taken."""
-        taken = 0
+        taken, run, chained = 0, None, 0
         while taken < MAX_STEPS_PER_PASS:
-            run = self.claim()
+            again = run is not None and chained < MAX_STEPS_PER_CLAIM
+            run = self._claim_again(run) if again else None
+            if run is not None:
+                chained += 1
+            else:
+                run, chained = self.claim(), 1
             if run is None:
                 break
             self.advance(run)
@@ -127,6 +136,16 @@ class Engine:
         if pk is None:
             return None
         return Remediation.objects.select_related("node").get(pk=pk)
+
+    def _claim_again(self, run: Remediation) -> Remediation | None:
+        """The run this worker just advanced, leased again if its next step is due now.
+
+        The same conditional UPDATE as on SQLite: on PostgreSQL a worker that has just
+        locked the row to claim it commits its lease first, and this then matches nothing.
+        """
+        if not self.due().filter(pk=run.pk).update(**self._lease_values()):
+            return None
+        return Remediation.objects.select_related("node").get(pk=run.pk)
 
     def _lease_values(self) -> dict:
         return {"claimed_by": self.worker, "claimed_until": timezone.now() + self.lease}

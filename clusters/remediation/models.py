@@ -269,3 +269,22 @@ class BreakerTrip(models.Model):
 
     def __str__(self) -> str:
         return f"breaker {self.partition or 'cluster'} {self.opened_at:%Y-%m-%d %H:%M}"
+
+
+class BreakerRefusal(models.Model):
+    """One automatic trigger an open breaker dropped: the incident, its node, and why."""
+
+    trip = models.ForeignKey(BreakerTrip, on_delete=models.CASCADE, related_name="refusals")
+    incident = models.ForeignKey(
+        "health.Incident", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    reason = models.CharField(max_length=255)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"refused {self.action} on {self.node_id}: {self.reason}"

@@ -112,6 +112,8 @@ def _for_xid(incident: Incident, xid: int, policies: dict) -> Decision:
     if policy is not None:
         action = policy.action if policy.enabled else None
         mode = policy.mode
+    elif xid in PRODUCT_DEFAULTS:  # decided without counting repeats (a query per XID)
+        action, mode = PRODUCT_DEFAULTS[xid]
     else:
         action, mode = default_for_xid(
             xid, repeats=_repeats(incident, xid), with_codes=incident.xids
@@ -259,7 +261,12 @@ def handle_incident(incident: Incident, *, policies: dict | None = None) -> Deci
     decision = decide(incident, policies=policies)
     if decision.action is None:
         return decision.but("nothing to do")
-    if Remediation.objects.filter(incident=incident).exists():
+    # on_incidents read `handled` for every incident in one query moments ago; a call
+    # from elsewhere asks here.
+    handled = getattr(incident, "handled", None)
+    if handled is None:
+        handled = Remediation.objects.filter(incident=incident).exists()
+    if handled:
         return decision.but("already handled")
     node = incident.node
     busy = Remediation.objects.filter(node=node, status__in=[str(s) for s in ACTIVE]).first()
@@ -365,8 +372,10 @@ def _admit(incident: Incident, node, decision: Decision, *, inherit=None) -> Dec
     acts = mode != Mode.DRY_RUN and decision.action not in HARMLESS
     flapping = acts and safety.is_flapping(node)
     automatic_drain = mode == Mode.AUTOMATIC and decision.action in safety.DRAINING_ACTIONS
-    if (automatic_drain or flapping) and not safety.admit_automatic(node):
-        return decision.but("suppressed: circuit breaker open")
+    if automatic_drain or flapping:
+        refused = safety.admit_automatic(node, incident=incident, action=decision.action or "")
+        if refused:
+            return decision.but(f"suppressed: circuit breaker open: {refused}")
     if flapping:
         return _quarantine(incident, node, decision)
     try:

@@ -14,11 +14,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from clusters.models import Node, Partition
-from clusters.remediation.models import Action, BreakerTrip, Remediation, Trigger
+from clusters.remediation.models import (
+    Action,
+    BreakerRefusal,
+    BreakerTrip,
+    Remediation,
+    Trigger,
+)
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from health.models import Incident, Severity
 
@@ -74,9 +80,17 @@ def _breaker_reason(node: Node, exclude_run: int | None) -> tuple[str, str] | No
     """(partition or "" for cluster-wide, reason) of the limit that is reached, if any."""
     runs = _draining_runs(exclude_run)
     active = runs.filter(status__in=[str(s) for s in ACTIVE], node__cluster_id=node.cluster_id)
-    for partition in Partition.objects.filter(nodes=node).order_by("name"):
-        total = partition.nodes.count()
-        busy = active.filter(node__partitions=partition).values("node").distinct().count()
+    # Sizes and busy counts of all the node's partitions in two queries, not two each.
+    mine = Partition.objects.filter(nodes=node).values("pk")
+    partitions = Partition.objects.filter(pk__in=mine).annotate(total=Count("nodes"))
+    partitions = list(partitions.order_by("name"))
+    busy_in = dict(
+        active.filter(node__partitions__in=[p.pk for p in partitions])
+        .values_list("node__partitions")
+        .annotate(busy=Count("node", distinct=True))
+    )
+    for partition in partitions:
+        total, busy = partition.total, busy_in.get(partition.pk, 0)
         if busy >= partition_cap(total):
             return partition.name, (
                 f"{busy} of {total} nodes in partition {partition.name} are already in "
@@ -104,18 +118,22 @@ def _breaker_reason(node: Node, exclude_run: int | None) -> tuple[str, str] | No
     return None
 
 
-def admit_automatic(node: Node) -> bool:
-    """True if automation may drain `node`; otherwise count the suppressed trigger."""
+def admit_automatic(node: Node, *, incident=None, action: str = "") -> str:
+    """ "" if automation may drain `node`; otherwise the breaker's reason, with the
+    refusal written down (which incident, which node, why) and counted on the trip."""
     found = _breaker_reason(node, None)
     if found is None:
-        return True
+        return ""
     partition, reason = found
     trip = BreakerTrip.objects.filter(partition=partition, closed_at__isnull=True).first()
     if trip is None:
-        BreakerTrip.objects.create(partition=partition, reason=reason[:255], suppressed=1)
+        trip = BreakerTrip.objects.create(partition=partition, reason=reason[:255], suppressed=1)
     else:
         BreakerTrip.objects.filter(pk=trip.pk).update(suppressed=F("suppressed") + 1)
-    return False
+    BreakerRefusal.objects.create(
+        trip=trip, incident=incident, node=node, action=action, reason=reason[:255]
+    )
+    return reason
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "clusters.holders",
             "clusters.backends*",
             "clusters.board",
+            "clusters.fleet",
             "clusters.live",
         ),
     ),

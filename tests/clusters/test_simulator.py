@@ -163,3 +163,34 @@ def test_time_scale_speeds_up_simulated_time():
     before = sim.now
     sim.tick()
     assert sim.now - before == timedelta(minutes=2)
+
+
+def test_a_sized_simulator_lays_out_the_demo_proportions_under_a_prefix():
+    sim = SimulatedCluster.sized(12_500, prefix="storm")
+    counts = {p.name: len(p.nodes) for p in sim.partitions()}
+    assert counts == {"train": 9_376, "infer": 1_562, "spare": 1_562}
+    assert sim.nodes()[0].name == "storm-00001"
+
+
+def test_reading_named_nodes_gives_what_the_whole_list_says_about_them():
+    sim = SimulatedCluster.standard(seed=7)
+    sim.generate_workload()
+    sim.advance(timedelta(minutes=1))
+    sim.drain_node("gpu-03", "bad GPU")
+    everything = {info.name: info for info in sim.nodes()}
+    named = sim.nodes_named(["gpu-03", "gpu-01", "no-such-node", "gpu-03"])
+    assert named == [everything["gpu-03"], everything["gpu-01"]]
+    assert any(info.gpus_used for info in everything.values())
+
+
+def test_a_process_builds_its_simulator_from_the_layout_settings(settings):
+    from clusters.backends import registry
+
+    settings.MEDBAY_BACKEND, settings.MEDBAY_SIM_NODES = "simulated", 64
+    settings.MEDBAY_SIM_PREFIX = "bench"
+    registry.use(None)
+    try:
+        names = [info.name for info in registry.get_backend().nodes()]
+    finally:
+        registry.use(None)
+    assert (len(names), names[0], names[-1]) == (64, "bench-01", "bench-64")

@@ -60,3 +60,33 @@ def test_the_live_sender_imports_no_domain_app():
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     domain = {name for name in imported if name.split(".")[0] in {"clusters", "jobs", "health"}}
     assert domain == set()
+
+
+class RecordingLayer:
+    def __init__(self, failing: str = "") -> None:
+        self.sent: list[tuple[str, dict]] = []
+        self.failing = failing
+
+    async def group_send(self, group, message):
+        if group == self.failing:
+            raise ConnectionError("redis went away")
+        self.sent.append((group, message))
+
+
+def test_many_pokes_reach_their_groups_in_order_and_one_failing_stops_none_else(
+    monkeypatch, caplog
+):
+    layer = RecordingLayer(failing="job.1.2")
+    monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+    pokes = [("job.1.1", ["job-1"]), ("job.1.2", ["job-2"]), ("job.1.3", ["job-3"])]
+    with caplog.at_level(logging.WARNING, logger="portal.live"):
+        # On a thread of its own, as a sync cycle's: Playwright's sync API, used by
+        # the browser tests of the same process, leaves a running loop on this one.
+        thread = threading.Thread(target=live.poke_many, args=(pokes,))
+        thread.start()
+        thread.join(timeout=10)
+    assert layer.sent == [
+        ("job.1.1", {"type": "live.poke", "regions": ["job-1"]}),
+        ("job.1.3", {"type": "live.poke", "regions": ["job-3"]}),
+    ]
+    assert "Live update not delivered to job.1.2" in caplog.text

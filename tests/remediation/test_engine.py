@@ -338,3 +338,32 @@ def test_a_killed_job_that_cannot_be_requeued_again_needs_attention(
     assert run.status == RunStatus.NEEDS_ATTENTION
     assert f"job {training_job} killed after its early release (FAILED)" in run.message
     assert "not requeueable: Invalid job id specified" in run.message
+
+
+def _step_order():
+    return [
+        (step.remediation_id, step.index)
+        for step in RemediationStep.objects.exclude(outcome=StepOutcome.STARTED).order_by("id")
+    ]
+
+
+def test_a_worker_goes_on_with_the_run_it_holds_while_its_next_step_is_due_at_once(
+    sim, synced, engine
+):
+    first, second = replace_run("gpu-02"), replace_run("gpu-03")
+    engine.run_once()
+    steps = len(plan_for(Action.REPLACE))
+    assert _step_order() == [(first.pk, i) for i in range(steps)] + [
+        (second.pk, i) for i in range(steps)
+    ]
+    assert set(Remediation.objects.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+
+
+def test_a_worker_holds_one_run_for_a_bounded_number_of_steps(sim, synced, engine, monkeypatch):
+    monkeypatch.setattr("clusters.remediation.engine.MAX_STEPS_PER_CLAIM", 2)
+    first, second = replace_run("gpu-02"), replace_run("gpu-03")
+    engine.run_once()
+    assert _step_order()[:6] == [
+        (first.pk, 0), (first.pk, 1), (second.pk, 0), (second.pk, 1), (first.pk, 2),
+        (first.pk, 3),
+    ]  # fmt: skip

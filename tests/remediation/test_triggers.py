@@ -9,6 +9,7 @@ from clusters.models import Node, Partition
 from clusters.remediation import policies, safety
 from clusters.remediation.models import (
     Action,
+    BreakerRefusal,
     BreakerTrip,
     Mode,
     Policy,
@@ -135,6 +136,28 @@ def test_an_event_storm_drains_no_more_nodes_than_the_breaker_allows(
     trip = BreakerTrip.objects.get()
     assert (trip.partition, trip.suppressed, trip.closed_at) == ("train", 18, None)
     assert safety.breaker_state().open
+
+
+def test_each_incident_the_breaker_refuses_is_written_down_with_its_reason(
+    big_sim, django_capture_on_commit_callbacks
+):
+    names = sorted(info.name for info in big_sim.nodes() if "train" in info.partitions)
+    with django_capture_on_commit_callbacks(execute=True):
+        for name in names[:-1]:
+            ingest_xid(name, 79)
+    with django_capture_on_commit_callbacks(execute=False):
+        last = ingest_xid(names[-1], 79)
+    (outcome,) = policies.on_incidents(last.incident_ids)
+    acted = {run.incident_id for run in Remediation.objects.all()}
+    refusals = list(BreakerRefusal.objects.order_by("id"))
+    assert len(acted) == 2 and len(refusals) == 18
+    assert {r.incident_id for r in refusals} | acted == set(
+        Incident.objects.values_list("pk", flat=True)
+    )
+    first = refusals[0]
+    assert (first.action, first.trip) == ("replace", BreakerTrip.objects.get())
+    assert first.reason == "2 of 20 nodes in partition train are already in remediation (limit 10%)"
+    assert outcome.outcome == f"suppressed: circuit breaker open: {first.reason}"
 
 
 def test_a_closing_breaker_does_not_replay_what_it_suppressed(

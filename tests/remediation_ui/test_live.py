@@ -11,7 +11,7 @@ from portal import live
 @pytest.fixture
 def sent(monkeypatch):
     events: list[tuple[str, dict]] = []
-    monkeypatch.setattr(live, "send_event", lambda group, event: events.append((group, event)))
+    monkeypatch.setattr(live, "send_events", events.extend)
     return events
 
 

@@ -56,6 +56,7 @@ ACCESS: dict[str, Access] = {
     "metrics": page(get=EVERYONE),
     # Board, nodes and health.
     "board": page(get=MEDBAY),
+    "fleet-data": page(get=MEDBAY),
     "node-detail": page(get=MEDBAY),
     "event-feed": page(get=MEDBAY),
     "xid-catalogue": page(get=MEDBAY),

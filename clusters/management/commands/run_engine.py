@@ -34,6 +34,9 @@ class Command(BaseCommand):
             taken = engine.run_once()
             self.stdout.write(f"worker {engine.worker}: advanced {taken} step(s)")
             return
+        # Built now, not at the first run: a misconfigured backend fails at start, and a
+        # simulator of thousands of nodes is not laid out while a storm's first run waits.
+        engine.backend, engine.fleet  # noqa: B018
         stop = threading.Event()
         # SIGTERM (systemd, docker stop) ends the loop between steps, never mid-step.
         signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils.dateparse import parse_datetime
 
-from clusters.backends.base import ClusterBackend, FleetProvider, JobInfo, NodeInfo
+from clusters.backends.base import ClusterBackend, FleetProvider, JobInfo, NodeInfo, nodes_named
 from clusters.remediation.models import Remediation, RemediationJob, StepOutcome
 
 logger = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class StepContext:
         self.save(self.context)
 
     def node(self, name: str) -> NodeInfo | None:
-        return next((info for info in self.backend.nodes() if info.name == name), None)
+        return next(iter(nodes_named(self.backend, [name])), None)
 
     def jobs(self) -> dict[int, JobInfo]:
         return {job.job_id: job for job in self.backend.jobs()}

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from clusters.backends.base import BackendError, ClusterBackend
+from clusters.backends.base import BackendError, ClusterBackend, nodes_named
 from clusters.models import Gpu, GpuHealth, Node
 from clusters.remediation import ownership, safety
 from clusters.remediation.models import Trigger
@@ -96,7 +96,7 @@ def _replacement_already_made(run, ctx) -> str:
     spares_before = ctx.context.get("spares_before")
     if not spares_before:
         return ""
-    nodes = {info.name: info for info in ctx.backend.nodes()}
+    nodes = {info.name: info for info in nodes_named(ctx.backend, [run.node.name, *spares_before])}
     failed_node = nodes.get(run.node.name)
     if failed_node is None or "fail" not in failed_node.flags:
         return ""

@@ -8,14 +8,13 @@ next sync (a restart in between would otherwise undo the move unnoticed).
 
 from __future__ import annotations
 
-from clusters.backends.base import ClusterBackend
+from clusters.backends.base import ClusterBackend, nodes_named
 from clusters.models import Node, NodePool
 from clusters.status import POOL_FOR_PARTITION
 
 
 def record_membership(cluster_id: int, backend: ClusterBackend, names: list[str]) -> None:
-    wanted = set(names)
-    infos = [info for info in backend.nodes() if info.name in wanted]
+    infos = nodes_named(backend, names)
     pools = {pool.kind: pool for pool in NodePool.objects.filter(cluster_id=cluster_id)}
     for info in infos:
         kinds = [POOL_FOR_PARTITION[p] for p in info.partitions if p in POOL_FOR_PARTITION]
