@@ -416,6 +416,11 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> tuple[list[Inc
         for pk, incident in touched.items()
         if before[pk] != (list(incident.xids), incident.severity)
     }
+    if changed:
+        # Waiting for the remediation trigger, which decides a storm's many at a time.
+        Incident.objects.filter(pk__in=changed).update(decision_due=True)
+        for pk in changed:
+            touched[pk].decision_due = True
     return list(touched.values()), changed
 
 

@@ -75,10 +75,20 @@ class Incident(models.Model):
     xids = models.JSONField(default=list, blank=True)
     event_count = models.PositiveIntegerField(default=0)
     summary = models.CharField(max_length=255, blank=True)
+    # Set when a report opens the incident or changes its XIDs or severity; cleared once
+    # the remediation trigger has decided it as it then stood (clusters.remediation.policies).
+    decision_due = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-last_event_at"]
-        indexes = [models.Index(fields=["node", "gpu_index", "last_event_at"])]
+        indexes = [
+            models.Index(fields=["node", "gpu_index", "last_event_at"]),
+            models.Index(
+                fields=["decision_due"],
+                condition=models.Q(decision_due=True),
+                name="health_incident_decision_due",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"incident {self.pk} on {self.node_id}"

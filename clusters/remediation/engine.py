@@ -106,9 +106,13 @@ class Engine:
         return taken
 
     def run_forever(self, *, interval: float = 0.5, stop: threading.Event | None = None) -> None:
+        from clusters.remediation.policies import decide_due
+
         stop = stop or threading.Event()
         while not stop.is_set():
             try:
+                # Incidents reported just as another process's decision pass ended.
+                decide_due()
                 taken = self.run_once()
             except Exception:  # a database blip must not end the worker
                 logger.exception("Engine pass failed; retrying")

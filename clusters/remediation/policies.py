@@ -1,8 +1,9 @@
 """What the engine does about a fault: the catalogue's rung, unless a Policy row says otherwise.
 
-`on_incidents` is the trigger: health ingestion calls it after commit with the
+`on_reported` is the trigger: health ingestion calls it after commit with the
 incidents a batch opened or grew, and it creates at most one run per incident
-and per node, behind the circuit breaker. `replay` runs the same decisions
+and per node, behind the circuit breaker, deciding a storm's incidents many at a
+time; `on_incidents` decides given incidents at once. `replay` runs the same decisions
 over past incidents without touching anything.
 """
 
@@ -10,11 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import or_
 
 from django.db import transaction
-from django.db.models import Exists, JSONField, OuterRef, Subquery
+from django.db.models import Exists, JSONField, OuterRef, Q, Subquery
 
 from clusters.models import Cluster
 from clusters.remediation import safety, services
@@ -178,51 +183,194 @@ def _policies() -> dict:
 
 
 # ----------------------------------------------------------------- the trigger
-def on_incidents(incident_ids: list[int]) -> list[Decision]:
+# One pass decides at most this many incidents; a process deciding for others goes on
+# with new arrivals for no longer than this before it answers its own agent.
+DECIDE_BATCH = 500
+DECIDE_FOR_S = 2.0
+
+
+def on_reported(incident_ids: list[int]) -> None:
     """Health ingestion's listener: act on new or grown incidents per policy.
 
-    Runs after the ingest has committed, in the agent's request: a failure here
-    is logged, never turned into an error for an agent whose events are stored.
+    Runs after the ingest has committed, in the agent's request. In a storm many agents
+    report at once: the request that takes the cluster's lock decides every incident
+    waiting in that cluster (`Incident.decision_due`) in one pass, with one read of the
+    breaker's counts for all of them; a request that finds the lock taken leaves its
+    incidents to that pass and answers its agent at once (the engine's workers sweep up
+    any that arrive just as the pass ends: `decide_due`). A failure here is logged,
+    never turned into an error for an agent whose events are stored.
     """
-    decisions = []
+    try:
+        _decide(incident_ids, direct=False)
+    except Exception:
+        logger.exception("Remediation trigger for incidents %s failed", incident_ids)
+
+
+def on_incidents(incident_ids: list[int]) -> list[Decision]:
+    """Decide these incidents now, waiting for their clusters' locks: at most one run
+    per incident and per node, behind the circuit breaker. Returns their decisions."""
+    return _decide(incident_ids, direct=True)
+
+
+def decide_due() -> int:
+    """Decide the incidents still waiting in every cluster whose lock is free (a report
+    that arrived just after the pass deciding for others last looked). Returns how many."""
+    waiting = Incident.objects.filter(decision_due=True).order_by()
+    clusters = list(waiting.values_list("node__cluster_id", flat=True).distinct())
+    if not clusters:
+        return 0
     policies = _policies()
-    # An incident that already has a run is answered without deciding (and so without
-    # the repeat-count queries per XID): this is checked for every incident in one query.
+    return sum(_decide_in_cluster(cid, [], policies, direct=False)[1] for cid in clusters)
+
+
+def _with_runs(incidents):
+    # Whether a run already has each incident, in the same query: such an incident is
+    # answered without deciding (and so without the repeat-count queries per XID).
     active = Remediation.objects.filter(
         incident=OuterRef("pk"), status__in=[str(s) for s in ACTIVE]
     )
-    incidents = (
-        Incident.objects.filter(pk__in=incident_ids)
-        .select_related("node")
-        .annotate(
-            handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))),
-            active_run=Subquery(active.values("pk")[:1]),
-            # The run's context says which XIDs it was decided on: only an incident
-            # that grew a new one is decided again, without a query per incident.
-            active_context=Subquery(active.values("context")[:1], output_field=JSONField()),
-        )
+    return incidents.select_related("node").annotate(
+        handled=Exists(Remediation.objects.filter(incident=OuterRef("pk"))),
+        active_run=Subquery(active.values("pk")[:1]),
+        # The run's context says which XIDs it was decided on: only an incident
+        # that grew a new one is decided again, without a query per incident.
+        active_context=Subquery(active.values("context")[:1], output_field=JSONField()),
     )
+
+
+def _decide(incident_ids: list[int], *, direct: bool) -> list[Decision]:
+    policies = _policies()
+    if not direct:
+        # A report's incidents go straight to their cluster's pass, handled or not.
+        reported = Incident.objects.filter(pk__in=incident_ids).order_by()
+        for cluster_id in reported.values_list("node__cluster_id", flat=True).distinct():
+            _decide_in_cluster(cluster_id, incident_ids, policies, direct=False)
+        return []
+    incidents = list(_with_runs(Incident.objects.filter(pk__in=incident_ids)))
+    handled = [incident for incident in incidents if incident.handled]
+    decisions = _decide_each(handled, policies, _Batch(None, handled))
+    _mark_decided(handled)
+    fresh: dict[int, list[int]] = {}
     for incident in incidents:
-        if incident.handled:
-            decisions.append(_regrown(incident, policies) or _already_handled(incident))
+        if not incident.handled:
+            fresh.setdefault(incident.node.cluster_id, []).append(incident.pk)
+    for cluster_id, mine in fresh.items():
+        decisions += _decide_in_cluster(cluster_id, mine, policies, direct=True)[0]
+    return decisions
+
+
+def _decide_in_cluster(
+    cluster_id: int, mine: list[int], policies: dict, *, direct: bool
+) -> tuple[list[Decision], int]:
+    """`mine` and the other incidents waiting in the cluster, under its lock, in passes
+    of DECIDE_BATCH: (the decisions about `mine`, how many were decided in all).
+
+    Direct: waits for the lock and decides `mine` whatever their flag says. Otherwise a
+    taken lock means another process is deciding the cluster's waiting incidents, ours
+    among them, and only those still waiting under the lock are decided. While others'
+    incidents keep waiting (a storm), passes follow until DECIDE_FOR_S is spent.
+    """
+    wanted, decisions, decided = set(mine), [], 0
+    deadline = time.monotonic() + DECIDE_FOR_S
+    while True:
+        with transaction.atomic():
+            # One admission pass at a time per cluster (PostgreSQL row lock), so that two
+            # agents reporting at once cannot both slip under the breaker's limit.
+            locked = Cluster.objects.select_for_update(skip_locked=not direct)
+            if locked.filter(pk=cluster_id).first() is None:
+                break
+            ours = Incident.objects.filter(pk__in=mine, node__cluster_id=cluster_id)
+            batch = list(_with_runs(ours if direct else ours.filter(decision_due=True)))
+            # Ids first: the query with the run annotations costs more to plan than to run.
+            waiting = Incident.objects.filter(node__cluster_id=cluster_id, decision_due=True)
+            others = list(
+                waiting.exclude(pk__in=mine)
+                .order_by("pk")
+                .values_list("pk", flat=True)[: max(0, DECIDE_BATCH - len(batch))]
+            )
+            if others:
+                batch += list(_with_runs(Incident.objects.filter(pk__in=others)))
+            if not batch:
+                break
+            batch.sort(key=lambda incident: incident.pk)
+            made = _decide_each(batch, policies, _Batch(cluster_id, batch))
+            _mark_decided(batch)
+        decisions += [decision for decision in made if decision.incident_id in wanted]
+        decided += len(batch)
+        if not others or time.monotonic() > deadline:
+            break
+        mine, direct = [], False
+    return decisions, decided
+
+
+def _decide_each(incidents: list[Incident], policies: dict, batch: _Batch) -> list[Decision]:
+    decisions = []
+    # In a pass's transaction a savepoint each, so that one incident's failure leaves
+    # the others' decisions; outside one each write commits by itself.
+    savepoint = transaction.get_connection().in_atomic_block
+    for incident in incidents:
+        if incident.handled and not _grew(incident):
+            decisions.append(_already_handled(incident))
             continue
         try:
-            decisions.append(handle_incident(incident, policies=policies))
+            with transaction.atomic() if savepoint else nullcontext():
+                if incident.handled:
+                    decision = _regrown(incident, policies) or _already_handled(incident)
+                else:
+                    decision = _handle(incident, policies, batch)
+            decisions.append(decision)
         except Exception:
             logger.exception("Remediation trigger for incident %s failed", incident.pk)
+    batch.ledger.flush()
     return decisions
+
+
+def _mark_decided(incidents: list[Incident]) -> None:
+    """Clear `decision_due` of the incidents decided, as they were read: one that grew
+    since (its event count moved on) stays due and is decided again."""
+    due = [incident for incident in incidents if incident.decision_due]
+    for start in range(0, len(due), DECIDE_BATCH):
+        chunk = due[start : start + DECIDE_BATCH]
+        as_read = reduce(or_, (Q(pk=i.pk, event_count=i.event_count) for i in chunk))
+        Incident.objects.filter(as_read).update(decision_due=False)
+
+
+class _Batch:
+    """What deciding many incidents of one cluster reads once, not once per incident:
+    which nodes have an active run, their recent faults, and the breaker's counts."""
+
+    def __init__(self, cluster_id: int | None, incidents: list[Incident]):
+        self.node_ids = {incident.node_id for incident in incidents}
+        self.ledger = safety.BreakerLedger(cluster_id, self.node_ids)
+        self._busy: dict[int, int] | None = None
+        self._faults: dict[int, int] | None = None
+
+    def active_run(self, node_id: int) -> Remediation | None:
+        """The node's active run, read afresh (the engine may have moved it since the
+        batch began); the nodes without one are known from a single query."""
+        if self._busy is None:
+            active = Remediation.objects.filter(
+                node_id__in=self.node_ids, status__in=[str(s) for s in ACTIVE]
+            )
+            self._busy = dict(active.values_list("node_id", "pk"))
+        pk = self._busy.get(node_id)
+        return Remediation.objects.filter(pk=pk).select_related("node").first() if pk else None
+
+    def faults(self, node_id: int) -> int:
+        if self._faults is None:
+            self._faults = safety.fault_counts(self.node_ids)
+        return self._faults.get(node_id, 0)
+
+    def started(self, run: Remediation) -> None:
+        if self._busy is not None:
+            self._busy[run.node_id] = run.pk
+        self.ledger.added(run)
 
 
 def _regrown(incident: Incident, policies: dict) -> Decision | None:
     """An incident its run already handles grew a new XID (a 48 after a 31 on the same
     GPU): decide again, and supersede the run when the new fault is more drastic."""
-    if incident.active_run is None:
-        return None
-    context = incident.active_context or {}
-    if isinstance(context, str):  # SQLite hands the subquery's JSON back as text
-        context = json.loads(context)
-    decided = context.get("xids") or [context.get("xid")]
-    if not set(incident.xids or []) - set(decided):
+    if not _grew(incident):
         return None
     run = Remediation.objects.filter(pk=incident.active_run).first()
     if run is None:
@@ -232,7 +380,19 @@ def _regrown(incident: Incident, policies: dict) -> Decision | None:
         return _join(incident, run, decision)
     with transaction.atomic():
         Cluster.objects.select_for_update().filter(pk=incident.node.cluster_id).first()
-        return _supersede(incident, incident.node, run, decision)
+        batch = _Batch(incident.node.cluster_id, [incident])
+        return _supersede(incident, incident.node, run, decision, batch)
+
+
+def _grew(incident: Incident) -> bool:
+    """Whether the incident's active run was decided on fewer XIDs than it now holds."""
+    if incident.active_run is None:
+        return False
+    context = incident.active_context or {}
+    if isinstance(context, str):  # SQLite hands the subquery's JSON back as text
+        context = json.loads(context)
+    decided = context.get("xids") or [context.get("xid")]
+    return bool(set(incident.xids or []) - set(decided))
 
 
 def _xids_of(run: Remediation) -> list:
@@ -257,28 +417,18 @@ def _no_action(incident: Incident, reason: str, outcome: str = "") -> Decision:
     )
 
 
-def handle_incident(incident: Incident, *, policies: dict | None = None) -> Decision:
+def _handle(incident: Incident, policies: dict, batch: _Batch) -> Decision:
+    """One incident without a run, decided under its cluster's lock."""
     decision = decide(incident, policies=policies)
     if decision.action is None:
         return decision.but("nothing to do")
-    # on_incidents read `handled` for every incident in one query moments ago; a call
-    # from elsewhere asks here.
-    handled = getattr(incident, "handled", None)
-    if handled is None:
-        handled = Remediation.objects.filter(incident=incident).exists()
-    if handled:
-        return decision.but("already handled")
     node = incident.node
-    busy = Remediation.objects.filter(node=node, status__in=[str(s) for s in ACTIVE]).first()
+    busy = batch.active_run(node.pk)
     if busy is not None and not supersedes(decision, busy):
         return _join(incident, busy, decision)
-    with transaction.atomic():
-        # One admission at a time per cluster (PostgreSQL row lock), so that two
-        # agents reporting at once cannot both slip under the breaker's limit.
-        Cluster.objects.select_for_update().filter(pk=node.cluster_id).first()
-        if busy is not None:
-            return _supersede(incident, node, busy, decision)
-        return _admit(incident, node, decision)
+    if busy is not None:
+        return _supersede(incident, node, busy, decision, batch)
+    return _admit(incident, node, decision, batch)
 
 
 # ----------------------------------------------------------------- escalation
@@ -340,14 +490,17 @@ def _cancel_milder(old: Remediation, note: str) -> bool:
     )
 
 
-def _supersede(incident: Incident, node, old: Remediation, decision: Decision) -> Decision:
+def _supersede(
+    incident: Incident, node, old: Remediation, decision: Decision, batch: _Batch
+) -> Decision:
     """Cancel the milder run and admit the new one in its place, or neither."""
     try:
         with transaction.atomic():
             note = f"superseded: {decision.reason} calls for {decision.action}"
             if not _cancel_milder(old, note):
                 raise _Abandon(decision.but(f"node busy with run {old.pk} ({old.status})"))
-            outcome = _admit(incident, node, decision, inherit=old)
+            batch.ledger.forget()  # the cancelled run no longer counts
+            outcome = _admit(incident, node, decision, batch, inherit=old)
             new_id = outcome.outcome.removeprefix("run ")
             if not new_id.isdigit():
                 raise _Abandon(outcome)  # suppressed or refused: the milder run goes on
@@ -367,17 +520,19 @@ class _Abandon(Exception):
         self.decision = decision
 
 
-def _admit(incident: Incident, node, decision: Decision, *, inherit=None) -> Decision:
+def _admit(
+    incident: Incident, node, decision: Decision, batch: _Batch, *, inherit=None
+) -> Decision:
     mode = decision.mode
     acts = mode != Mode.DRY_RUN and decision.action not in HARMLESS
-    flapping = acts and safety.is_flapping(node)
+    flapping = acts and batch.faults(node.pk) >= safety.flap_threshold()
     automatic_drain = mode == Mode.AUTOMATIC and decision.action in safety.DRAINING_ACTIONS
     if automatic_drain or flapping:
-        refused = safety.admit_automatic(node, incident=incident, action=decision.action or "")
+        refused = batch.ledger.admit(node, incident=incident, action=decision.action or "")
         if refused:
             return decision.but(f"suppressed: circuit breaker open: {refused}")
     if flapping:
-        return _quarantine(incident, node, decision)
+        return _quarantine(incident, node, decision, batch)
     try:
         run = create_run(
             node,
@@ -385,12 +540,15 @@ def _admit(incident: Incident, node, decision: Decision, *, inherit=None) -> Dec
             trigger=Trigger.HEALTH_EVENT,
             reason=decision.reason,
             incident=incident,
-            policy=Policy.objects.filter(pk=decision.policy_id).first(),
+            policy=Policy.objects.filter(pk=decision.policy_id).first()
+            if decision.policy_id
+            else None,
             mode=mode,
             context=_context(incident, decision, inherit),
         )
     except NodeBusy as busy:
         return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
+    batch.started(run)
     return decision.but(f"run {run.pk}")
 
 
@@ -404,8 +562,8 @@ def _context(incident: Incident, decision: Decision, inherit: Remediation | None
     return context
 
 
-def _quarantine(incident: Incident, node, decision: Decision) -> Decision:
-    faults = safety.fault_count(node)
+def _quarantine(incident: Incident, node, decision: Decision, batch: _Batch) -> Decision:
+    faults = batch.faults(node.pk)
     try:
         run = create_run(
             node,
@@ -419,6 +577,7 @@ def _quarantine(incident: Incident, node, decision: Decision) -> Decision:
         )
     except NodeBusy as busy:
         return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
+    batch.started(run)
     return decision.but(f"quarantined by run {run.pk}")
 
 
@@ -426,8 +585,8 @@ def register() -> None:
     """Hook the trigger into health ingestion (called from the clusters app's ready())."""
     from health.ingest import incident_listeners
 
-    if on_incidents not in incident_listeners:
-        incident_listeners.append(on_incidents)
+    if on_reported not in incident_listeners:
+        incident_listeners.append(on_reported)
 
 
 # ----------------------------------------------------------------- replay

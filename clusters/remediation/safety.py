@@ -78,62 +78,138 @@ def breaker_blocks(node: Node, *, exclude_run: int | None = None) -> str:
 
 def _breaker_reason(node: Node, exclude_run: int | None) -> tuple[str, str] | None:
     """(partition or "" for cluster-wide, reason) of the limit that is reached, if any."""
-    runs = _draining_runs(exclude_run)
-    active = runs.filter(status__in=[str(s) for s in ACTIVE], node__cluster_id=node.cluster_id)
-    # Sizes and busy counts of all the node's partitions in two queries, not two each.
-    mine = Partition.objects.filter(nodes=node).values("pk")
-    partitions = Partition.objects.filter(pk__in=mine).annotate(total=Count("nodes"))
-    partitions = list(partitions.order_by("name"))
-    busy_in = dict(
-        active.filter(node__partitions__in=[p.pk for p in partitions])
-        .values_list("node__partitions")
-        .annotate(busy=Count("node", distinct=True))
-    )
-    for partition in partitions:
-        total, busy = partition.total, busy_in.get(partition.pk, 0)
-        if busy >= partition_cap(total):
-            return partition.name, (
-                f"{busy} of {total} nodes in partition {partition.name} are already in "
-                f"remediation (limit {partition_pct():g}%)"
-            )
-    since = timezone.now() - window()
-    # A run that is waiting for, or was refused, approval took no node out, nor
-    # did one cancelled before its first step. A started one counts before it
-    # has written a step: a storm is caught before the engine gets to it.
-    recent = (
-        runs.filter(node__cluster_id=node.cluster_id, created_at__gte=since)
-        .exclude(status__in=NEVER_ACTED)
-        .filter(~Q(status=RunStatus.CANCELLED) | Q(steps__isnull=False))
-        .exclude(trigger=Trigger.ADMIN)
-        .values("node")
-        .distinct()
-        .count()
-    )
-    if recent >= max_nodes():
-        minutes = window().total_seconds() / 60
-        return CLUSTER_WIDE, (
-            f"{recent} nodes were taken out automatically in the last {minutes:g} min "
-            f"(limit {max_nodes()})"
+    return BreakerLedger(node.cluster_id, [node.pk], exclude_run=exclude_run).reason(node.pk)
+
+
+class BreakerLedger:
+    """The breaker's counts for one cluster, read once and kept up to date in memory.
+
+    A storm's incidents are decided many at a time under the cluster's lock (see
+    policies.on_reported): the counts are read once for all of them, each admitted run
+    is added to them, and the refusals are written together (`flush`), instead of
+    five queries and two writes per incident. Runs only this ledger's holder admits
+    (under the lock) can raise the counts meanwhile; runs that end meanwhile only make
+    it stricter than needed until the next pass.
+    """
+
+    def __init__(self, cluster_id: int, node_ids, *, exclude_run: int | None = None):
+        self.cluster_id, self.exclude_run = cluster_id, exclude_run
+        self.node_ids = set(node_ids)
+        self._read = False
+        self._refusals: list[BreakerRefusal] = []
+        self._trips: dict[str, BreakerTrip] | None = None
+        self._suppressed: dict[int, int] = {}
+
+    def _load(self) -> None:
+        runs = _draining_runs(self.exclude_run).filter(node__cluster_id=self.cluster_id)
+        through = Node.partitions.through
+        memberships = through.objects.filter(node_id__in=self.node_ids).values_list(
+            "node_id", "partition_id", "partition__name"
         )
-    return None
+        self.partitions_of: dict[int, list[tuple[str, int]]] = {}
+        for node_id, partition_id, name in memberships:
+            self.partitions_of.setdefault(node_id, []).append((name, partition_id))
+        for names in self.partitions_of.values():
+            names.sort()
+        wanted = {pk for names in self.partitions_of.values() for _, pk in names}
+        self.totals = dict(
+            Partition.objects.filter(pk__in=wanted)
+            .annotate(total=Count("nodes"))
+            .values_list("pk", "total")
+        )
+        self.busy: dict[int, set[int]] = {pk: set() for pk in wanted}
+        active = runs.filter(status__in=[str(s) for s in ACTIVE], node__partitions__in=wanted)
+        for node_id, partition_id in active.values_list("node_id", "node__partitions"):
+            self.busy[partition_id].add(node_id)
+        # A run that is waiting for, or was refused, approval took no node out, nor
+        # did one cancelled before its first step. A started one counts before it
+        # has written a step: a storm is caught before the engine gets to it.
+        recent = (
+            runs.filter(created_at__gte=timezone.now() - window())
+            .exclude(status__in=NEVER_ACTED)
+            .filter(~Q(status=RunStatus.CANCELLED) | Q(steps__isnull=False))
+            .exclude(trigger=Trigger.ADMIN)
+        )
+        self.recent = set(recent.values_list("node_id", flat=True).distinct())
+        self._read = True
+
+    def reason(self, node_id: int) -> tuple[str, str] | None:
+        """(partition or "" for cluster-wide, reason) of the limit that is reached, if any."""
+        if not self._read:
+            self._load()
+        for name, partition_id in self.partitions_of.get(node_id, []):
+            total, busy = self.totals.get(partition_id, 0), len(self.busy[partition_id])
+            if busy >= partition_cap(total):
+                return name, (
+                    f"{busy} of {total} nodes in partition {name} are already in "
+                    f"remediation (limit {partition_pct():g}%)"
+                )
+        if len(self.recent) >= max_nodes():
+            minutes = window().total_seconds() / 60
+            return CLUSTER_WIDE, (
+                f"{len(self.recent)} nodes were taken out automatically in the last "
+                f"{minutes:g} min (limit {max_nodes()})"
+            )
+        return None
+
+    def admit(self, node: Node, *, incident=None, action: str = "") -> str:
+        """ "" if automation may drain `node`; otherwise the breaker's reason, with the
+        refusal noted (written by `flush`) and counted on the open trip."""
+        found = self.reason(node.pk)
+        if found is None:
+            return ""
+        partition, reason = found
+        trip = self._open_trip(partition, reason)
+        self._refusals.append(
+            BreakerRefusal(
+                trip=trip, incident=incident, node=node, action=action, reason=reason[:255]
+            )
+        )
+        return reason
+
+    def _open_trip(self, partition: str, reason: str) -> BreakerTrip:
+        if self._trips is None:
+            self._trips = {}
+            for trip in BreakerTrip.objects.filter(closed_at__isnull=True).order_by("-opened_at"):
+                self._trips.setdefault(trip.partition, trip)
+        trip = self._trips.get(partition)
+        if trip is None:
+            trip = BreakerTrip.objects.create(
+                partition=partition, reason=reason[:255], suppressed=1
+            )
+            self._trips[partition] = trip
+        else:
+            self._suppressed[trip.pk] = self._suppressed.get(trip.pk, 0) + 1
+        return trip
+
+    def added(self, run: Remediation) -> None:
+        """A run created after the counts were read, by the ledger's holder."""
+        if not self._read or run.action not in DRAINING_ACTIONS or run.dry_run:
+            return
+        for _, partition_id in self.partitions_of.get(run.node_id, []):
+            self.busy[partition_id].add(run.node_id)
+        if run.status not in NEVER_ACTED and run.trigger != Trigger.ADMIN:
+            self.recent.add(run.node_id)
+
+    def forget(self) -> None:
+        """Read the counts again at next use (a run was cancelled or superseded)."""
+        self._read = False
+
+    def flush(self) -> None:
+        """Write the noted refusals and the trips' counts."""
+        BreakerRefusal.objects.bulk_create(self._refusals, batch_size=500)
+        for trip_pk, count in self._suppressed.items():
+            BreakerTrip.objects.filter(pk=trip_pk).update(suppressed=F("suppressed") + count)
+        self._refusals, self._suppressed = [], {}
 
 
 def admit_automatic(node: Node, *, incident=None, action: str = "") -> str:
     """ "" if automation may drain `node`; otherwise the breaker's reason, with the
     refusal written down (which incident, which node, why) and counted on the trip."""
-    found = _breaker_reason(node, None)
-    if found is None:
-        return ""
-    partition, reason = found
-    trip = BreakerTrip.objects.filter(partition=partition, closed_at__isnull=True).first()
-    if trip is None:
-        trip = BreakerTrip.objects.create(partition=partition, reason=reason[:255], suppressed=1)
-    else:
-        BreakerTrip.objects.filter(pk=trip.pk).update(suppressed=F("suppressed") + 1)
-    BreakerRefusal.objects.create(
-        trip=trip, incident=incident, node=node, action=action, reason=reason[:255]
-    )
-    return reason
+    ledger = BreakerLedger(node.cluster_id, [node.pk])
+    refused = ledger.admit(node, incident=incident, action=action)
+    ledger.flush()
+    return refused
 
 
 @dataclass(frozen=True)
@@ -186,11 +262,19 @@ def _still_over(trip: BreakerTrip) -> bool:
 
 def fault_count(node: Node) -> int:
     """Critical fault bursts (incidents) on `node` within the flapping window."""
+    return fault_counts([node.pk]).get(node.pk, 0)
+
+
+def fault_counts(node_ids) -> dict[int, int]:
+    """`fault_count` of many nodes in one query (nodes without faults left out)."""
     since = timezone.now() - timedelta(hours=flap_window_hours())
-    return Incident.objects.filter(
-        node=node, severity=Severity.CRITICAL, last_event_at__gte=since
-    ).count()
-
-
-def is_flapping(node: Node) -> bool:
-    return fault_count(node) >= flap_threshold()
+    rows = (
+        Incident.objects.filter(
+            node_id__in=list(node_ids), severity=Severity.CRITICAL, last_event_at__gte=since
+        )
+        .order_by()
+        .values("node_id")
+        .annotate(faults=Count("pk"))
+        .values_list("node_id", "faults")
+    )
+    return dict(rows)

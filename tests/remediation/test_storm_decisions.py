@@ -1,0 +1,196 @@
+"""A storm's incidents are decided many at a time: one pass, one read of the breaker.
+
+Each report's request decides the incidents waiting in its cluster under the cluster's
+lock; a request that finds the lock taken leaves its incidents to the pass that holds
+it, and the engine's workers sweep up any that arrive just as a pass ends.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from clusters.backends import registry
+from clusters.backends.simulated import SimulatedCluster
+from clusters.models import Cluster
+from clusters.remediation import policies
+from clusters.remediation.engine import Engine
+from clusters.remediation.models import BreakerRefusal, BreakerTrip, Remediation
+from clusters.sync import apply_snapshot
+from health.models import Incident
+from tests.remediation.conftest import ingest_xid
+from tests.waiting import wait_for
+
+
+@pytest.fixture
+def storm_sim(cluster):
+    """Twenty training nodes: the breaker lets 2 be taken out (10 % of the partition)."""
+    simulator = SimulatedCluster.standard(train=20, infer=0, spare=2, seed=3)
+    simulator.fault_rate_per_gpu_day = 0
+    registry.use(simulator)
+    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
+    yield simulator
+    registry.use(None)
+
+
+def train_nodes(sim) -> list[str]:
+    return sorted(info.name for info in sim.nodes() if "train" in info.partitions)
+
+
+def report_without_deciding(names, django_capture_on_commit_callbacks) -> list[int]:
+    """XID 79s stored as a storm's reports are, their decisions not yet made."""
+    with django_capture_on_commit_callbacks(execute=False):
+        return [ingest_xid(name, 79).incident_ids[0] for name in names]
+
+
+def decided_exactly_once(incident_ids) -> bool:
+    runs = list(Remediation.objects.values_list("incident_id", flat=True))
+    refused = list(BreakerRefusal.objects.values_list("incident_id", flat=True))
+    return sorted(runs + refused) == sorted(incident_ids)
+
+
+def not_savepoints(captured) -> list[str]:
+    # Each incident gets a savepoint of its own (one failure spares the others' decisions).
+    return [q["sql"] for q in captured if "SAVEPOINT" not in q["sql"].upper()]
+
+
+def test_one_report_decides_every_waiting_incident_of_its_cluster_in_one_pass(
+    storm_sim, django_capture_on_commit_callbacks
+):
+    names = train_nodes(storm_sim)
+    waiting = report_without_deciding(names[:-1], django_capture_on_commit_callbacks)
+    assert Incident.objects.filter(decision_due=True).count() == 19
+    assert not Remediation.objects.exists()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        last = ingest_xid(names[-1], 79).incident_ids[0]
+
+    assert decided_exactly_once([*waiting, last])
+    assert Remediation.objects.count() == 2
+    assert BreakerTrip.objects.get().suppressed == 18
+    assert not Incident.objects.filter(decision_due=True).exists()
+    # In arrival order: the first two reports got the nodes the breaker allows.
+    assert set(Remediation.objects.values_list("incident_id", flat=True)) == set(waiting[:2])
+
+
+def test_a_pass_reads_the_breaker_once_however_many_incidents_it_refuses(
+    storm_sim, django_capture_on_commit_callbacks
+):
+    names = train_nodes(storm_sim)
+    first = report_without_deciding(names[:4], django_capture_on_commit_callbacks)
+    policies.on_incidents(first)  # two runs, two refusals: the breaker is now open
+    counts = []
+    for group in (names[4:8], names[8:20]):
+        ids = report_without_deciding(group, django_capture_on_commit_callbacks)
+        with CaptureQueriesContext(connection) as captured:
+            policies.on_incidents(ids[:1])
+        first += ids
+        assert decided_exactly_once(first)
+        counts.append(len(not_savepoints(captured)))
+    assert BreakerRefusal.objects.count() == 18
+    # 4 refusals, then 12: the same queries.
+    assert counts[0] == counts[1], counts
+
+
+def test_an_incident_that_grew_a_new_xid_while_waiting_is_decided_on_all_of_them(
+    storm_sim, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        ingest_xid("gpu-02", 31)
+        grown = ingest_xid("gpu-02", 48).incident_ids[0]
+    (decision,) = policies.on_incidents([grown])
+    run = Remediation.objects.get()
+    assert run.incident_id == grown and decision.xid == 48
+    assert sorted(run.context["xids"]) == [31, 48]
+    assert not Incident.objects.filter(decision_due=True).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+class TestOnPostgreSQL:
+    @pytest.fixture(autouse=True)
+    def postgres_only(self, db):
+        if connection.vendor != "postgresql":
+            if os.environ.get("CI", "").lower() == "true":
+                pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
+            pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+
+    def test_a_report_that_finds_a_pass_under_way_leaves_its_incident_to_the_sweep(
+        self, storm_sim, cluster, django_capture_on_commit_callbacks
+    ):
+        holding, release = threading.Event(), threading.Event()
+
+        def another_pass():
+            with transaction.atomic():
+                Cluster.objects.select_for_update().get(pk=cluster.pk)
+                holding.set()
+                release.wait(30)
+            connection.close()
+
+        holder = threading.Thread(target=another_pass)
+        holder.start()
+        assert holding.wait(10)
+        try:
+            with django_capture_on_commit_callbacks(execute=True):
+                incident = ingest_xid("gpu-03", 79).incident_ids[0]
+            # The agent was answered at once; its incident waits for the pass.
+            assert not Remediation.objects.exists()
+            assert Incident.objects.get(pk=incident).decision_due
+        finally:
+            release.set()
+            holder.join(10)
+
+        stop = threading.Event()
+        worker = threading.Thread(
+            target=lambda: (
+                Engine("sweeper", backend=storm_sim, fleet=storm_sim).run_forever(
+                    interval=0.05, stop=stop
+                ),
+                connection.close(),
+            )
+        )
+        worker.start()
+        try:
+            wait_for(
+                lambda: Remediation.objects.filter(incident_id=incident).exists(),
+                timeout_s=30,
+                what="the engine's sweep deciding the waiting incident",
+            )
+        finally:
+            stop.set()
+            worker.join(30)
+        assert not Incident.objects.get(pk=incident).decision_due
+
+    def test_reports_racing_from_many_requests_are_each_decided_exactly_once(
+        self, storm_sim, django_capture_on_commit_callbacks
+    ):
+        names = train_nodes(storm_sim)
+        barrier = threading.Barrier(len(names))
+        incidents: list[int] = []
+
+        def report(name):
+            try:
+                barrier.wait(10)
+                with transaction.atomic():
+                    result = ingest_xid(name, 79)
+                policies.on_reported(result.incident_ids)
+                incidents.extend(result.incident_ids)
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=report, args=(name,)) for name in names]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        policies.decide_due()  # the engine's sweep, for any that arrived as a pass ended
+
+        assert len(incidents) == 20
+        assert decided_exactly_once(incidents)
+        assert Remediation.objects.count() == 2
+        assert BreakerTrip.objects.get().suppressed == 18
+        assert not Incident.objects.filter(decision_due=True).exists()
