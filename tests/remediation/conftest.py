@@ -32,6 +32,22 @@ def training_job(sim, synced):
     return job_id
 
 
+@pytest.fixture
+def big_sim(cluster):
+    """Twenty training nodes, so that a storm can hit more nodes than the breaker allows
+    (10 % of the partition: 2)."""
+    from clusters.backends import registry
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.sync import apply_snapshot
+
+    simulator = SimulatedCluster.standard(train=20, infer=0, spare=2, seed=3)
+    simulator.fault_rate_per_gpu_day = 0
+    registry.use(simulator)
+    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
+    yield simulator
+    registry.use(None)
+
+
 def ingest_xid(node_name: str, xid: int, gpu: int = 3, *, ago: timedelta = timedelta(0)):
     """Store one XID event as the agent would send it; returns the IngestResult."""
     from clusters.models import Node

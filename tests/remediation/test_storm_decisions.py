@@ -14,27 +14,13 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from clusters.backends import registry
-from clusters.backends.simulated import SimulatedCluster
 from clusters.models import Cluster
 from clusters.remediation import policies
 from clusters.remediation.engine import Engine
 from clusters.remediation.models import BreakerRefusal, BreakerTrip, Remediation
-from clusters.sync import apply_snapshot
 from health.models import Incident
 from tests.remediation.conftest import ingest_xid
 from tests.waiting import wait_for
-
-
-@pytest.fixture
-def storm_sim(cluster):
-    """Twenty training nodes: the breaker lets 2 be taken out (10 % of the partition)."""
-    simulator = SimulatedCluster.standard(train=20, infer=0, spare=2, seed=3)
-    simulator.fault_rate_per_gpu_day = 0
-    registry.use(simulator)
-    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
-    yield simulator
-    registry.use(None)
 
 
 def train_nodes(sim) -> list[str]:
@@ -59,9 +45,9 @@ def not_savepoints(captured) -> list[str]:
 
 
 def test_one_report_decides_every_waiting_incident_of_its_cluster_in_one_pass(
-    storm_sim, django_capture_on_commit_callbacks
+    big_sim, django_capture_on_commit_callbacks
 ):
-    names = train_nodes(storm_sim)
+    names = train_nodes(big_sim)
     waiting = report_without_deciding(names[:-1], django_capture_on_commit_callbacks)
     assert Incident.objects.filter(decision_due=True).count() == 19
     assert not Remediation.objects.exists()
@@ -78,9 +64,9 @@ def test_one_report_decides_every_waiting_incident_of_its_cluster_in_one_pass(
 
 
 def test_a_pass_reads_the_breaker_once_however_many_incidents_it_refuses(
-    storm_sim, django_capture_on_commit_callbacks
+    big_sim, django_capture_on_commit_callbacks
 ):
-    names = train_nodes(storm_sim)
+    names = train_nodes(big_sim)
     first = report_without_deciding(names[:4], django_capture_on_commit_callbacks)
     policies.on_incidents(first)  # two runs, two refusals: the breaker is now open
     counts = []
@@ -97,7 +83,7 @@ def test_a_pass_reads_the_breaker_once_however_many_incidents_it_refuses(
 
 
 def test_an_incident_that_grew_a_new_xid_while_waiting_is_decided_on_all_of_them(
-    storm_sim, django_capture_on_commit_callbacks
+    big_sim, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=False):
         ingest_xid("gpu-02", 31)
@@ -120,7 +106,7 @@ class TestOnPostgreSQL:
             pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
 
     def test_a_report_that_finds_a_pass_under_way_leaves_its_incident_to_the_sweep(
-        self, storm_sim, cluster, django_capture_on_commit_callbacks
+        self, big_sim, cluster, django_capture_on_commit_callbacks
     ):
         holding, release = threading.Event(), threading.Event()
 
@@ -147,7 +133,7 @@ class TestOnPostgreSQL:
         stop = threading.Event()
         worker = threading.Thread(
             target=lambda: (
-                Engine("sweeper", backend=storm_sim, fleet=storm_sim).run_forever(
+                Engine("sweeper", backend=big_sim, fleet=big_sim).run_forever(
                     interval=0.05, stop=stop
                 ),
                 connection.close(),
@@ -166,9 +152,9 @@ class TestOnPostgreSQL:
         assert not Incident.objects.get(pk=incident).decision_due
 
     def test_reports_racing_from_many_requests_are_each_decided_exactly_once(
-        self, storm_sim, django_capture_on_commit_callbacks
+        self, big_sim, django_capture_on_commit_callbacks
     ):
-        names = train_nodes(storm_sim)
+        names = train_nodes(big_sim)
         barrier = threading.Barrier(len(names))
         incidents: list[int] = []
 

@@ -3,8 +3,6 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from clusters.backends import registry
-from clusters.backends.simulated import SimulatedCluster
 from clusters.models import Node, Partition
 from clusters.remediation import policies, safety
 from clusters.remediation.models import (
@@ -18,7 +16,6 @@ from clusters.remediation.models import (
     Trigger,
 )
 from clusters.remediation.transitions import RunStatus
-from clusters.sync import apply_snapshot
 from health.models import Incident
 from tests.remediation.conftest import drive, ingest_xid
 
@@ -109,17 +106,6 @@ def test_replay_says_what_the_policies_would_have_done_and_changes_nothing(synce
 def test_replay_refuses_naive_datetimes(synced):
     with pytest.raises(ValueError):
         policies.replay(timezone.now().replace(tzinfo=None), timezone.now())
-
-
-@pytest.fixture
-def big_sim(cluster):
-    """Twenty training nodes, so that a storm can hit more nodes than the breaker allows."""
-    simulator = SimulatedCluster.standard(train=20, infer=0, spare=2, seed=3)
-    simulator.fault_rate_per_gpu_day = 0
-    registry.use(simulator)
-    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
-    yield simulator
-    registry.use(None)
 
 
 def test_an_event_storm_drains_no_more_nodes_than_the_breaker_allows(
