@@ -72,7 +72,6 @@ PERMANENT_STATUSES = {400, 401, 403, 404, 405, 422, 511}
 # authentication error, invalid user id, invalid job id.
 PERMANENT_SLURM_ERRORS = {1007, 2010, 2017}
 DEFAULT_MIN_UID = 1000
-BODY_CHUNK_BYTES = 1 << 20
 # slurmrestd's warning when slurmctld answered SLURM_NO_CHANGE_IN_DATA to update_time.
 NOT_MODIFIED = 304
 NOTHING_CHANGED = re.compile(r"^No (?:job|node)s? changes since")
@@ -473,10 +472,11 @@ def newest_data_parser(spec: Mapping[str, Any]) -> str:
 
 
 def read_body(response: requests.Response) -> bytes:
-    """The whole body, read in pieces of a megabyte: `response.content` reads 10 KB at
-    a time, and the 34 MB of a 5,000-job list took 3,400 reads, about a tenth of a
-    sync cycle (bench/sync.py --api rest). The connection goes back to the pool."""
-    return b"".join(response.iter_content(BODY_CHUNK_BYTES))
+    """The whole body, read at once: `response.content` reads 10 KB at a time, and
+    the 34 MB of a 5,000-job list took 3,400 reads and a copy to join them, about a
+    tenth of a sync cycle (bench/sync.py --api rest). With no chunk size, a streamed
+    body is one read into one buffer (and joining one piece copies nothing)."""
+    return b"".join(response.iter_content(chunk_size=None))
 
 
 def rest_error(response: requests.Response, content: bytes) -> BackendError:
