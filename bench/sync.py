@@ -1,6 +1,7 @@
 """Time of one Slurm -> database reconciliation cycle on a large cluster.
 
-    python bench/sync.py [--slurm-version 22.05|24.11] [--nodes 1024] [--jobs 5000] [--cycles 15]
+    python bench/sync.py [--api cli|rest] [--slurm-version 22.05|24.11] [--nodes 1024]
+                         [--jobs 5000] [--cycles 15]
 
 The snapshot is built from real Slurm output: one node record and one job record
 from tests/fixtures/slurm/<version>/ are cloned with new names, ids and states,
@@ -14,6 +15,20 @@ Prints {"nodes", "jobs", "cycle_ms_p50", "cycle_ms_p95", "cycle_cpu_ms_p50",
 "queries_per_cycle", "queries_constant", "peak_rss_mb" (this process's peak resident
 memory: the synthetic Slurm's own records included, so an upper bound for a sync
 process), "rss_before_sync_mb" (those records alone), "slurm_version", "db"}.
+
+--api rest (24.11 by default, the version with slurmrestd answers recorded) syncs
+three clusters from the same records and the same changes in one run, in turn:
+"cli", the CLI sync above (Slurm's JSON already in memory); "rest", the production
+SlurmRestBackend over real HTTP to a stand-in slurmrestd in a process of its own
+(bench/_slurmrestd.py: slurmrestd's documents and its update_time behaviour); and
+"cli_pipe", the production SlurmBackend reading the same JSON through a pipe from a
+child process, as from `scontrol`. Neither Slurm's own serialisation nor
+slurmrestd's is timed (it is done before each cycle). Prints, for each of the three,
+<side>_cycle_ms_p50/_p95, _cycle_cpu_ms_p50, _read_cpu_ms_p50 (reading, decoding and
+parsing the snapshot), _idle_cycle_ms_p50 (a cycle in which nothing changed: REST's
+changes-only polls then get no job list) and _queries_per_cycle; "ratio" (rest p50 /
+cli p50), "ratio_to_cli_pipe" (rest p50 / cli_pipe p50), "rest_requests_per_cycle",
+"rest_mb_per_cycle", and the common figures.
 """
 
 from __future__ import annotations
