@@ -1,6 +1,7 @@
 """Time of one Slurm -> database reconciliation cycle on a large cluster.
 
-    python bench/sync.py [--slurm-version 22.05|24.11] [--nodes 1024] [--jobs 5000] [--cycles 15]
+    python bench/sync.py [--api cli|rest] [--slurm-version 22.05|24.11] [--nodes 1024]
+                         [--jobs 5000] [--cycles 15]
 
 The snapshot is built from real Slurm output: one node record and one job record
 from tests/fixtures/slurm/<version>/ are cloned with new names, ids and states,
@@ -14,6 +15,20 @@ Prints {"nodes", "jobs", "cycle_ms_p50", "cycle_ms_p95", "cycle_cpu_ms_p50",
 "queries_per_cycle", "queries_constant", "peak_rss_mb" (this process's peak resident
 memory: the synthetic Slurm's own records included, so an upper bound for a sync
 process), "rss_before_sync_mb" (those records alone), "slurm_version", "db"}.
+
+--api rest (24.11 by default, the version with slurmrestd answers recorded) syncs
+three clusters from the same records and the same changes in one run, in turn:
+"cli", the CLI sync above (Slurm's JSON already in memory); "rest", the production
+SlurmRestBackend over real HTTP to a stand-in slurmrestd in a process of its own
+(bench/_slurmrestd.py: slurmrestd's documents and its update_time behaviour); and
+"cli_pipe", the production SlurmBackend reading the same JSON through a pipe from a
+child process, as from `scontrol`. Neither Slurm's own serialisation nor
+slurmrestd's is timed (it is done before each cycle). Prints, for each of the three,
+<side>_cycle_ms_p50/_p95, _cycle_cpu_ms_p50, _read_cpu_ms_p50 (reading, decoding and
+parsing the snapshot), _idle_cycle_ms_p50 (a cycle in which nothing changed: REST's
+changes-only polls then get no job list) and _queries_per_cycle; "ratio" (rest p50 /
+cli p50), "ratio_to_cli_pipe" (rest p50 / cli_pipe p50), "rest_requests_per_cycle",
+"rest_mb_per_cycle", and the common figures.
 """
 
 from __future__ import annotations
@@ -24,6 +39,7 @@ import json
 import os
 import random
 import resource
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +51,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "slurm"
 NODE_SOURCES = {"22.05": ("sinfo.json", "nodes"), "24.11": ("scontrol_show_node.json", "nodes")}
 JOB_SOURCES = {"22.05": ("squeue.json", "jobs"), "24.11": ("scontrol_show_job.json", "jobs")}
 PARTITION_TEMPLATE = "scontrol_show_partition.txt"
+# Versions whose recorded slurmrestd answers are in tests/fixtures/slurm/<version>/rest/.
+REST_VERSIONS = ("24.11",)
 
 
 def ensure_database(url: str) -> None:
@@ -65,8 +83,17 @@ class SyntheticSlurm:
         folder = FIXTURES / version
         node_file, node_key = NODE_SOURCES[version]
         job_file, job_key = JOB_SOURCES[version]
-        node_template = json.loads((folder / node_file).read_text())[node_key][0]
+        node_document = json.loads((folder / node_file).read_text())
+        node_template = node_document[node_key][0]
         job_document = json.loads((folder / job_file).read_text())
+        # What Slurm prints beside the list (meta, errors, last_update): kept, so that
+        # the CLI and slurmrestd documents are whole.
+        self.node_extra = {key: value for key, value in node_document.items() if key != node_key}
+        self.job_extra = {key: value for key, value in job_document.items() if key != job_key}
+        # Slurm's clock, in seconds: each change() is ten seconds after the last, and
+        # the sync reads five seconds after a change.
+        self.clock = 1_800_000_000
+        self.changed_at = self.clock
         job_template = next(job for job in job_document[job_key] if job["job_id"] == 3)
         self.names = [f"bench-{number:04d}" for number in range(1, nodes + 1)]
         spare = max(1, nodes // 32)
@@ -146,11 +173,27 @@ class SyntheticSlurm:
             self._set_job_state(job, "COMPLETED", nodes=[])
 
     def print_json(self) -> None:
-        """What `sinfo --json` and `squeue --json` would print now; parsing it is timed."""
-        self.node_text = json.dumps({"nodes": self.node_records})
-        self.job_text = json.dumps({"jobs": self.job_records})
+        """What `sinfo --json` and `squeue --json` (`scontrol show node/job --json` on
+        24.11) would print now; parsing it is timed. The lists alone are kept as well,
+        for the stand-in slurmrestd to send in its own documents."""
+        self.node_list = json.dumps(self.node_records)
+        self.job_list = json.dumps(self.job_records)
+        self.node_text = _document("nodes", self.node_list, self.node_extra, self.read_at)
+        self.job_text = _document("jobs", self.job_list, self.job_extra, self.read_at)
+
+    @property
+    def read_at(self) -> int:
+        """When the sync reads: a few seconds after the last change."""
+        return self.clock + 5
+
+    def idle(self) -> None:
+        """Ten seconds pass and nothing changes."""
+        self.clock += 10
+        self.print_json()
 
     def change(self, node_fraction: float = 0.02, job_fraction: float = 0.05) -> None:
+        self.clock += 10
+        self.changed_at = self.clock
         for record in self.rng.sample(
             self.node_records, round(len(self.node_records) * node_fraction)
         ):
@@ -200,6 +243,13 @@ class SyntheticSlurm:
         return {name: tuple(members) for name, members in self.layout.items()}
 
 
+def _document(key: str, records: str, extra: dict, read_at: int) -> str:
+    """Slurm's whole JSON document around an already serialised list."""
+    if "last_update" in extra:
+        extra = {**extra, "last_update": {"set": True, "infinite": False, "number": read_at}}
+    return f'{{"{key}": {records}, {json.dumps(extra)[1:]}' if extra else f'{{"{key}": {records}}}'
+
+
 def _replace_field(record: str, key: str, value: str) -> str:
     words = record.replace("\n", " \n ").split(" ")
     return " ".join(
@@ -207,29 +257,216 @@ def _replace_field(record: str, key: str, value: str) -> str:
     ).replace(" \n ", "\n")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--slurm-version", choices=sorted(NODE_SOURCES), default="22.05")
-    parser.add_argument("--nodes", type=int, default=1024)
-    parser.add_argument("--jobs", type=int, default=5000)
-    parser.add_argument("--cycles", type=int, default=15)
-    args = parser.parse_args()
-    if "DATABASE_URL" not in os.environ:
-        os.environ["DATABASE_URL"] = BENCH_DATABASE_URL
-    if os.environ["DATABASE_URL"].startswith("postgres"):
-        ensure_database(os.environ["DATABASE_URL"])
+def timed(backend_class):
+    """A production backend class whose reads' wall and CPU time (transport,
+    decoding, parsing) are added up in read_s and read_cpu_s."""
 
-    from _setup import django_setup
+    class Timed(backend_class):
+        read_s = read_cpu_s = 0.0
 
-    django_setup()
+        def nodes(self):
+            with self.timing():
+                return super().nodes()
+
+        def jobs(self):
+            with self.timing():
+                return super().jobs()
+
+        def partitions(self):
+            with self.timing():
+                return super().partitions()
+
+        @contextmanager
+        def timing(self):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            try:
+                yield
+            finally:
+                self.read_s += time.perf_counter() - started
+                self.read_cpu_s += time.process_time() - started_cpu
+
+    return Timed
+
+
+def slurm_conf(slurm: SyntheticSlurm, workdir: Path) -> str:
+    conf = workdir / "slurm.conf"
+    lines = (f"PartitionName={name} Nodes={','.join(m)}\n" for name, m in slurm.layout.items())
+    conf.write_text("".join(lines))
+    return str(conf)
+
+
+def canned_scontrol(slurm: SyntheticSlurm, printed: dict[tuple, Path] | None = None):
+    """The production backends' runner. Partitions: the same canned text the CLI side
+    parses; `show config` without BOOT_TIME, so the generation is unknown, as the CLI
+    side's is. Commands in `printed` run for real: `cat` of a file holding what that
+    command prints, through the production runner (a child process and a pipe)."""
+    from clusters.backends.slurm_cli import CommandResult, run_command
+
+    printed = printed or {}
+
+    def run(args, *, input_text=None, timeout=None, env=None):
+        args = tuple(args)
+        if args in printed:
+            return run_command(["cat", str(printed[args])], timeout=timeout, env=env)
+        if args == ("sinfo", "--version"):
+            return CommandResult(args, 0, f"slurm {slurm.version}.5\n", "")
+        if args == ("scontrol", "-o", "show", "partition"):
+            return CommandResult(args, 0, slurm.partition_text, "")
+        if args == ("scontrol", "show", "config"):
+            return CommandResult(args, 0, "ClusterName = bench\n", "")
+        return CommandResult(args, 1, "", f"{args[0]}: not in this benchmark")
+
+    return run
+
+
+def rest_backend(slurm: SyntheticSlurm, url: str, workdir: Path):
+    """The production SlurmRestBackend, against the stand-in slurmrestd."""
+    from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
+
+    token = workdir / "token"
+    token.write_text("SLURM_JWT=bench.token.not-verified\n")
+    auth = JwtAuth(token_file=str(token), token_user="medbay-bench")
+    runner = canned_scontrol(slurm)
+    return timed(SlurmRestBackend)(url, auth, slurm_conf=slurm_conf(slurm, workdir), runner=runner)
+
+
+PRINTED = {
+    ("scontrol", "show", "node", "--json"): "nodes.json",
+    ("scontrol", "show", "job", "--json"): "jobs.json",
+}
+
+
+def pipe_backend(slurm: SyntheticSlurm, workdir: Path):
+    """The production SlurmBackend reading Slurm's JSON through a pipe from a child
+    process, as from `scontrol`: what the CLI side's figure leaves out."""
+    from clusters.backends.slurm import SlurmBackend
+
+    printed = {args: workdir / name for args, name in PRINTED.items()}
+    runner = canned_scontrol(slurm, printed)
+    return timed(SlurmBackend)(slurm_conf(slurm, workdir), runner=runner)
+
+
+def print_files(slurm: SyntheticSlurm, workdir: Path) -> None:
+    (workdir / "nodes.json").write_text(slurm.node_text)
+    (workdir / "jobs.json").write_text(slurm.job_text)
+
+
+class Side:
+    """One transport's cluster, backend and measurements."""
+
+    def __init__(self, name: str, backend, read_cpu) -> None:
+        from clusters.models import Cluster
+
+        self.name, self.backend, self.read_cpu = name, backend, read_cpu
+        Cluster.objects.filter(name=f"bench-sync-{name}").delete()
+        self.cluster = Cluster.objects.create(name=f"bench-sync-{name}", backend="slurm")
+        self.timings, self.cpu, self.reads, self.idle, self.queries = [], [], [], [], []
+
+    def cycle(self, into: list | None = None) -> None:
+        from clusters.sync import sync_once
+
+        before = self.read_cpu()
+        started, started_cpu = time.perf_counter(), time.process_time()
+        result = sync_once(self.cluster, self.backend)
+        elapsed = (time.perf_counter() - started) * 1000
+        assert result.controller_up, result.error
+        if into is not None:
+            into.append(elapsed)
+            return
+        assert result.jobs_changed
+        self.timings.append(elapsed)
+        self.cpu.append((time.process_time() - started_cpu) * 1000)
+        self.reads.append((self.read_cpu() - before) * 1000)
+
+    def count_queries(self) -> None:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from clusters.sync import sync_once
+
+        with CaptureQueriesContext(connection) as captured:
+            sync_once(self.cluster, self.backend)
+        self.queries.append(len(captured))
+
+    def figures(self) -> dict:
+        return {
+            f"{self.name}_cycle_ms_p50": round(percentile(self.timings, 50), 1),
+            f"{self.name}_cycle_ms_p95": round(percentile(self.timings, 95), 1),
+            f"{self.name}_cycle_cpu_ms_p50": round(percentile(self.cpu, 50), 1),
+            f"{self.name}_read_cpu_ms_p50": round(percentile(self.reads, 50), 1),
+            f"{self.name}_idle_cycle_ms_p50": round(percentile(self.idle, 50), 1),
+            f"{self.name}_queries_per_cycle": max(self.queries),
+        }
+
+    def close(self) -> None:
+        from clusters.models import Cluster
+
+        Cluster.objects.filter(pk=self.cluster.pk).delete()
+
+
+def run_rest(args, slurm: SyntheticSlurm, server, workdir: Path) -> dict:
+    """The CLI sync and the REST sync, on the same cluster and the same changes."""
+
+    def publish() -> None:
+        changed = {"nodes": slurm.changed_at, "jobs": slurm.changed_at, "partitions": 0}
+        lists = {"nodes": slurm.node_list.encode(), "jobs": slurm.job_list.encode()}
+        server.publish(slurm.read_at, changed, lists)
+        print_files(slurm, workdir)
+
+    rest = rest_backend(slurm, server.url, workdir)
+    pipe = pipe_backend(slurm, workdir)
+    sides = [
+        Side("cli", slurm, lambda: slurm.parse_cpu_s),
+        Side("rest", rest, lambda: rest.read_cpu_s),
+        Side("cli_pipe", pipe, lambda: pipe.read_cpu_s),
+    ]
+    publish()
+    for side in sides:
+        side.cycle(into=[])  # the first cycle creates every row; not what is measured
+    # One changed cycle unmeasured: 24.11's slurmrestd fails the first changes-only
+    # node poll (see bench/_slurmrestd.py), and the backend polls nodes in full after.
+    slurm.change()
+    publish()
+    for side in sides:
+        side.cycle(into=[])
+    requests_before, bytes_before = server.counters()
+    for index in range(args.cycles):
+        slurm.change()
+        publish()
+        for side in sides[index % 3 :] + sides[: index % 3]:  # none always goes first
+            side.cycle()
+    requests_after, bytes_after = server.counters()
+    for _ in range(3):
+        slurm.idle()
+        publish()
+        for side in sides:
+            side.cycle(into=side.idle)
+    for _ in range(3):
+        slurm.change()
+        publish()
+        for side in sides:
+            side.count_queries()
+    figures = {}
+    for side in sides:
+        figures.update(side.figures())
+        side.close()
+    rest_p50 = figures["rest_cycle_ms_p50"]
+    figures["ratio"] = round(rest_p50 / figures["cli_cycle_ms_p50"], 3)
+    # Against a CLI sync that also pays for its transport: the pipe from `scontrol`.
+    figures["ratio_to_cli_pipe"] = round(rest_p50 / figures["cli_pipe_cycle_ms_p50"], 3)
+    figures["rest_requests_per_cycle"] = round((requests_after - requests_before) / args.cycles, 1)
+    figures["rest_mb_per_cycle"] = round((bytes_after - bytes_before) / args.cycles / 1e6, 1)
+    figures["queries_constant"] = all(len(set(side.queries)) == 1 for side in sides)
+    return figures
+
+
+def run_cli(args, slurm: SyntheticSlurm) -> dict:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from clusters.models import Cluster
     from clusters.sync import sync_once
 
-    slurm = SyntheticSlurm(args.slurm_version, args.nodes, args.jobs)
-    before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     Cluster.objects.filter(name="bench-sync").delete()
     cluster = Cluster.objects.create(name="bench-sync", backend="slurm")
     sync_once(cluster, slurm)  # the first cycle creates every row; not what is measured
@@ -251,23 +488,65 @@ def main() -> None:
             sync_once(cluster, slurm)
         queries.append(len(captured))
     Cluster.objects.filter(pk=cluster.pk).delete()
+    return {
+        "cycle_ms_p50": round(percentile(timings, 50), 1),
+        "cycle_ms_p95": round(percentile(timings, 95), 1),
+        # CPU time of this process: what the cycle costs on a machine shared
+        # with other work, where wall time also counts waiting for a core.
+        "cycle_cpu_ms_p50": round(percentile(cpu, 50), 1),
+        "parse_cpu_ms_p50": round(percentile(parse, 50), 1),
+        "queries_per_cycle": max(queries),
+        "queries_constant": len(set(queries)) == 1,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--api", choices=("cli", "rest"), default="cli")
+    parser.add_argument("--slurm-version", choices=sorted(NODE_SOURCES))
+    parser.add_argument("--nodes", type=int, default=1024)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--cycles", type=int, default=15)
+    args = parser.parse_args()
+    version = args.slurm_version or ("24.11" if args.api == "rest" else "22.05")
+    if args.api == "rest" and version not in REST_VERSIONS:
+        parser.error(f"--api rest needs a Slurm with slurmrestd: {', '.join(REST_VERSIONS)}")
+    if "DATABASE_URL" not in os.environ:
+        os.environ["DATABASE_URL"] = BENCH_DATABASE_URL
+    if os.environ["DATABASE_URL"].startswith("postgres"):
+        ensure_database(os.environ["DATABASE_URL"])
+    server = None
+    if args.api == "rest":
+        from _slurmrestd import RestServer
+
+        # Its own process, as slurmrestd is; forked before Django opens a connection.
+        server = RestServer(version, FIXTURES / version / "rest")
+
+    from _setup import django_setup
+
+    django_setup()
+    from django.db import connection
+
+    slurm = SyntheticSlurm(version, args.nodes, args.jobs)
+    before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if server is None:
+        figures = run_cli(args, slurm)
+    else:
+        try:
+            with tempfile.TemporaryDirectory(prefix="medbay-bench-sync-") as workdir:
+                figures = {"api": "rest", **run_rest(args, slurm, server, Path(workdir))}
+        finally:
+            server.close()
     print(
         json.dumps(
             {
                 "nodes": args.nodes,
                 "jobs": args.jobs,
-                "cycle_ms_p50": round(percentile(timings, 50), 1),
-                "cycle_ms_p95": round(percentile(timings, 95), 1),
-                # CPU time of this process: what the cycle costs on a machine shared
-                # with other work, where wall time also counts waiting for a core.
-                "cycle_cpu_ms_p50": round(percentile(cpu, 50), 1),
-                "parse_cpu_ms_p50": round(percentile(parse, 50), 1),
-                "queries_per_cycle": max(queries),
-                "queries_constant": len(set(queries)) == 1,
+                **figures,
                 "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                 # The synthetic Slurm's records alone, before any sync: not the sync's.
                 "rss_before_sync_mb": round(before_sync_mb),
-                "slurm_version": args.slurm_version,
+                "slurm_version": version,
                 "db": connection.vendor,
             }
         )

@@ -17,6 +17,13 @@ from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend, newest_data_
 KEY = b"k" * 32
 
 
+def read_response() -> requests.Response:
+    """A Response as requests leaves one it has read (its `_content` is set next)."""
+    response = requests.Response()
+    response._content_consumed = True
+    return response
+
+
 class RecordingSession(requests.Session):
     """Answers every request with one canned response and remembers what was asked."""
 
@@ -26,7 +33,7 @@ class RecordingSession(requests.Session):
 
     def request(self, method, url, **kwargs):
         self.sent.append((method, url, kwargs))
-        response = requests.Response()
+        response = read_response()
         response.status_code = self.status
         response._content = json.dumps(self.body).encode() if self.body is not None else b""
         return response
@@ -305,7 +312,7 @@ class ScriptedSession(requests.Session):
 
     def request(self, method, url, **kwargs):
         self.params.append(kwargs.get("params"))
-        response = requests.Response()
+        response = read_response()
         response.status_code = 200
         response._content = json.dumps(self.bodies.pop(0)).encode()
         return response
@@ -352,7 +359,7 @@ def test_a_304_to_a_changes_only_poll_reuses_the_previous_nodes(tmp_path):
 
         def request(self, method, url, **kwargs):
             self.params.append(kwargs.get("params"))
-            response = requests.Response()
+            response = read_response()
             if len(self.params) == 1:
                 response.status_code = 200
                 body = {"nodes": [{"name": "gpu-01", "state": ["IDLE"]}], "errors": []}
@@ -381,7 +388,7 @@ def test_a_server_that_fails_changes_only_node_polls_gets_full_ones_from_then_on
 
         def request(self, method, url, **kwargs):
             self.params.append(kwargs.get("params"))
-            response = requests.Response()
+            response = read_response()
             if kwargs.get("params"):
                 response.status_code = 500
                 response._content = json.dumps(
