@@ -1,4 +1,5 @@
-"""Slurm's accounting through `sacct --json`: finished job attempts for the import.
+"""Slurm's accounting through `sacct --json` (or slurmrestd's `GET /slurmdb/vX/jobs`,
+which answers the same document: slurm_rest.py): finished job attempts for the import.
 
 `sacct -S/-E` selects jobs that were eligible or running at some time in the
 window, not jobs that ended in it, so a window is asked for as given and the
@@ -82,21 +83,47 @@ def finished_in(records: Sequence[AccountingRecord], start: datetime, end: datet
     ]
 
 
-def finished_jobs(backend: CommandRunner, start: datetime, end: datetime) -> list[AccountingRecord]:
-    """Attempts that ended in [start, end), read from slurmdbd through sacct."""
+def checked_window(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     if start.tzinfo is None or end.tzinfo is None:
         raise ValueError("finished_jobs needs timezone-aware datetimes")
-    args = sacct_args(start.astimezone(UTC), end.astimezone(UTC), backend.local_tz)
+    return start.astimezone(UTC), end.astimezone(UTC)
+
+
+def finished_jobs(backend: CommandRunner, start: datetime, end: datetime) -> list[AccountingRecord]:
+    """Attempts that ended in [start, end), read from slurmdbd through sacct."""
+    start, end = checked_window(start, end)
+    args = sacct_args(start, end, backend.local_tz)
     # Longer than the backend's 10 s: a day of a busy cluster is a large answer.
     result = backend.runner(args, timeout=SACCT_TIMEOUT_S, env=backend.command_env())
     if result.returncode != 0:
         raise error_from_result(result)
-    errors = accounting_errors(result.stdout)
+    return finished_in(records_from_document("sacct", result.stdout), start, end)
+
+
+def records_from_document(source: str, text: str | bytes) -> list[AccountingRecord]:
+    """Every record of an accounting document: what `sacct --json` prints, or the body
+    of slurmrestd's `GET /slurmdb/vX/jobs` (the same document)."""
+    errors = accounting_errors(text)
     if errors:
         message = "; ".join(errors)
-        raise BackendError(f"sacct: {message}", permanent="connect" not in message.lower())
+        raise BackendError(f"{source}: {message}", permanent="connect" not in message.lower())
     try:
-        records = decode_accounting_json(result.stdout)
+        return decode_accounting_json(text)
     except AccountingParseError as error:
-        raise BackendError(str(error), permanent=True) from error
-    return finished_in(records, start, end)
+        raise BackendError(f"{source}: {error}", permanent=True) from error
+
+
+def slurmdb_query(start: datetime, end: datetime) -> dict[str, str]:
+    """`GET /slurmdb/vX/jobs` parameters that ask what `sacct_args` asks.
+
+    Its times are Unix timestamps (no zone to get wrong). Unlike sacct, slurmrestd
+    truncates each record's start and end to the window unless told not to (a job
+    that ran across the window's start then reads as starting at it); sacct lists
+    every user's jobs with --allusers, slurmrestd whenever no `users` are given."""
+    return {
+        "start_time": str(int(start.timestamp())),
+        "end_time": str(int(end.timestamp())),
+        "show_duplicates": "true",
+        "skip_steps": "true",
+        "disable_truncate_usage_time": "true",
+    }

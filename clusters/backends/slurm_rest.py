@@ -4,7 +4,9 @@ Reads (nodes, jobs, one job, ping) go through slurmrestd with the newest data_pa
 version the server offers (`/openapi/v3`); their JSON is the same document
 `scontrol show ... --json` prints for that version, so the same parsers read it.
 Partitions stay on `scontrol -o show partition` (the JSON of 24.11 and 26.05 does not
-say which partition is the default).
+say which partition is the default). The accounting import's reads (finished jobs) go
+through `GET /slurmdb/vX/jobs` where the server offers it (slurmrestd runs the
+openapi/slurmdbd plugin), parsed as `sacct --json`, and through sacct otherwise.
 
 Node and job actions (drain/fail/down/resume, signal, hold/release, and requeue where
 the version has an endpoint for it: v0.0.45 does, v0.0.42 does not) go through
@@ -35,6 +37,7 @@ import pwd
 import re
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,14 @@ import jwt
 import msgspec
 import requests
 
-from clusters.backends.base import BackendError, JobInfo, JobSubmission, NodeInfo
+from clusters.backends import slurm_accounting
+from clusters.backends.base import (
+    AccountingRecord,
+    BackendError,
+    JobInfo,
+    JobSubmission,
+    NodeInfo,
+)
 from clusters.backends.slurm import (
     RESUME_REFUSALS,
     SAFE_SIGNAL,
@@ -197,6 +207,7 @@ class SlurmRestBackend(SlurmBackend):
         user: str | None = None,
         body: Any = None,
         params: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> bytes:
         """The body of a successful request; BackendError with slurmrestd's own message."""
         user = user or self.reader
@@ -208,14 +219,14 @@ class SlurmRestBackend(SlurmBackend):
                 headers=headers,
                 json=body,
                 params=params,
-                timeout=self.rest_timeout,
+                timeout=timeout or self.rest_timeout,
                 stream=True,
             )
             with response:
                 content = read_body(response)
         except requests.Timeout as error:
             raise BackendError(
-                f"slurmrestd timed out after {self.rest_timeout:g}s", permanent=False
+                f"slurmrestd timed out after {timeout or self.rest_timeout:g}s", permanent=False
             ) from error
         except requests.RequestException as error:
             raise BackendError(
@@ -333,6 +344,30 @@ class SlurmRestBackend(SlurmBackend):
         if not jobs:
             raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
         return jobs[0]
+
+    def slurmdb_jobs_path(self) -> str | None:
+        """`/slurmdb/vX/jobs` as the server's spec spells it (24.11: `jobs/`), or None
+        when slurmrestd runs without openapi/slurmdbd (a cluster without accounting)."""
+        for path in (f"/slurmdb/{self.api_version}/jobs", f"/slurmdb/{self.api_version}/jobs/"):
+            if "get" in (self.openapi_paths.get(path) or {}):
+                return path
+        return None
+
+    def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]:
+        """Attempts that ended in [start, end), from slurmdbd through slurmrestd: the
+        same records, window and filter as sacct's (slurm_accounting.py)."""
+        path = self.slurmdb_jobs_path()
+        if path is None:
+            return super().finished_jobs(start, end)
+        start, end = slurm_accounting.checked_window(start, end)
+        body = self.request(
+            "GET",
+            path,
+            params=slurm_accounting.slurmdb_query(start, end),
+            timeout=slurm_accounting.SACCT_TIMEOUT_S,
+        )
+        records = slurm_accounting.records_from_document(f"slurmrestd GET {path}", body)
+        return slurm_accounting.finished_in(records, start, end)
 
     # ------------------------------------------------------------ actions
 

@@ -2,7 +2,8 @@
 
 Reads through REST agree with the CLI's on the same cluster; a researcher's job is
 submitted with a token minted for her alone and runs as her; a token signed with
-another key is refused with slurmrestd's own words. 22.05's minicluster runs no
+another key is refused with slurmrestd's own words; her finished job is imported
+from slurmdbd through slurmrestd with her account. 22.05's minicluster runs no
 slurmrestd: conftest deselects these there; `make test-slurm-versions` runs them.
 """
 
@@ -10,12 +11,18 @@ from __future__ import annotations
 
 import pwd
 import uuid
+from datetime import timedelta
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.utils import timezone
 
+from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
+from jobs.models import AccountingJob
 from tests.slurm_integration.conftest import TEST_REASON_PREFIX
 from tests.waiting import wait_for
 
@@ -135,3 +142,32 @@ def test_polls_ask_only_for_what_changed_since_the_last_answer(rest, slurm):
         assert "update_time" in asked[-1][1] and not rest.full_node_polls
         rest.nodes()
         wait_for(lambda: rest.nodes() is not None and asked[-1][2], 15, "a node poll, no change")
+
+
+@pytest.mark.django_db
+def test_a_finished_job_of_alice_is_imported_through_slurmdbds_rest_with_her_account(rest):
+    """The session's cluster runs slurmdbd (the minicluster's default), so slurmrestd
+    offers `/slurmdb/vX/jobs`: the import reads alice's finished job there, never
+    through sacct, and stores it with her account (team vision)."""
+    assert rest.slurmdb_jobs_path(), "slurmrestd offers no slurmdb jobs endpoint"
+    cli_calls = []
+    run_cli = rest.runner
+    rest.runner = lambda args, **options: cli_calls.append(list(args)) or run_cli(args, **options)
+    since = timezone.now() - timedelta(minutes=1)
+    job_id = rest.submit_job(
+        JobSubmission(script="#!/bin/sh\nexit 0\n", user="alice", workdir="/tmp")
+    )
+
+    def finished():
+        window_end = timezone.now() + timedelta(minutes=1)
+        return any(r.job_id == job_id for r in rest.finished_jobs(since, window_end))
+
+    wait_for(finished, 30, "alice's job in slurmdbd's records")
+    registry.use(rest, fleet=object())
+    try:
+        call_command("import_accounting", "--since", since.isoformat(), stdout=StringIO())
+    finally:
+        registry.use(None)
+    record = AccountingJob.objects.get(slurm_id=job_id)
+    assert (record.user, record.account, record.state) == ("alice", "vision", "COMPLETED")
+    assert not [args for args in cli_calls if args[0] == "sacct"]

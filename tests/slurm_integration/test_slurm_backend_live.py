@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -190,6 +192,41 @@ def test_commands_against_a_stopped_controller_are_transient_errors(slurm, minic
 
 def train_nodes_from_conf(backend):
     return backend.configured_partitions()["train"]
+
+
+def test_the_cluster_runs_slurmdbd_so_alices_and_bobs_jobs_carry_their_teams_in_sacct(
+    slurm, minicluster
+):
+    """Accounting is the minicluster's default on every version: `status` reports
+    slurmdbd, jobs carry their user's default account, and sacct lists them once done."""
+    status = subprocess.run(
+        [str(UP.parent / "status"), "--state", minicluster["MEDBAY_MINICLUSTER_STATE"]],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert re.search(r"^slurmdbd :\d+ +running \(pid \d+\)$", status.stdout, re.M), status.stdout
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    jobs = {
+        user: slurm.submit_job(
+            JobSubmission(script="#!/bin/sh\nexit 0\n", user=user, workdir="/tmp")
+        )
+        for user in ("alice", "bob")
+    }
+    assert {user: slurm.job(job_id).account for user, job_id in jobs.items()} == {
+        "alice": "vision",
+        "bob": "nlp",
+    }
+
+    def both_in_accounting():
+        records = slurm.finished_jobs(since, datetime.now(UTC) + timedelta(minutes=1))
+        found = {record.job_id: record for record in records}
+        return found if set(jobs.values()) <= set(found) else None
+
+    found = wait_for(both_in_accounting, 30, "both jobs in sacct")
+    assert {(found[job_id].user, found[job_id].account) for job_id in jobs.values()} == {
+        ("alice", "vision"),
+        ("bob", "nlp"),
+    }
 
 
 def test_the_cluster_runs_the_slurm_version_the_session_asked_for(slurm, minicluster):

@@ -694,6 +694,19 @@ for folder in ("snapshot2_draining_notresponding", "snapshot3_down_notresponding
 REFERENCE_ONLY.add("24.11/cluster-config/slurm.conf")
 # Outages, not data: tests/chaos/test_slurm_unreachable.py checks they are refused.
 REFERENCE_ONLY.update(f"{v}/scontrol_show_job_controller_down.json" for v in ("24.11", "26.05"))
+# slurmdbd's REST answers that are no records (the API's paths, an empty window,
+# slurmdbd down, the window asked for): tests/slurm_unit/test_accounting_rest.py reads them.
+for version, api in (("24.11", "v0.0.42"), ("26.05", "v0.0.45")):
+    REFERENCE_ONLY.update(
+        f"{version}/rest/accounting/{name}"
+        for name in (
+            "openapi_paths.json",
+            f"slurmdb_{api}_jobs_empty.json",
+            f"slurmdb_{api}_jobs_slurmdbd_down.json",
+            f"slurmdb_{api}_jobs_slurmdbd_down.status",
+            "window.txt",
+        )
+    )
 
 
 def parse_any_sample(relative: str) -> list:
