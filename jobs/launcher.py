@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -304,8 +305,22 @@ def report_progress(step: int, checkpoint_saved: bool = False, env=None) -> bool
     try:
         with urllib.request.urlopen(request, timeout=PROGRESS_TIMEOUT_S) as response:  # noqa: S310
             return 200 <= response.status < 300
-    except (OSError, ValueError, http.client.HTTPException):
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        # In the job's error file: the researcher (and an admin) can see why the job page
+        # shows no progress.
+        log(f"progress report for step {step} not accepted: {error}{_detail(error)}")
         return False
+
+
+def _detail(error: Exception) -> str:
+    """The portal's own words for a refused report (`{"detail": ...}`), if it gave any."""
+    if not isinstance(error, urllib.error.HTTPError):
+        return ""
+    try:
+        detail = json.loads(error.read(2000) or b"{}").get("detail")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" ({detail})" if isinstance(detail, str) and detail else ""
 
 
 def progress_url(env) -> str | None:

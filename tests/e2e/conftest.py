@@ -15,7 +15,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +151,42 @@ def launch_portal(request, folder: Path, script: str, *, port: int | None = None
             # tmp folders are pruned after a few runs.
             ARTIFACTS.mkdir(exist_ok=True)
             shutil.copyfile(log, ARTIFACTS / f"{Path(script).stem}.log")
+
+
+def slurm_portal_settings(port: int, **settings) -> dict:
+    """A portal on the real local Slurm: its nodes, spares and jobs, synced every second."""
+    return {
+        "MEDBAY_BACKEND": "slurm",
+        "MEDBAY_FLEET": "slurm-spares",
+        "MEDBAY_PORTAL_URL": f"http://127.0.0.1:{port}",
+        "MEDBAY_SYNC_INTERVAL_S": "1",
+        **settings,
+    }
+
+
+def launch_slurm_portal(request, folder: Path, *, script="tests/e2e/slurm_portal_server.py",
+                        port: int | None = None, **settings):  # fmt: skip
+    """`launch_portal` on the real local Slurm (`slurm_portal_settings`)."""
+    port = port or free_port()
+    yield from launch_portal(
+        request, folder, script, port=port, **slurm_portal_settings(port, **settings)
+    )
+
+
+@contextmanager
+def job_workdir(prefix: str, *examples: str):
+    """A folder every user may write in (the job runs as its researcher and writes its
+    output there), with copies of the named files of examples/; removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix=f"medbay-{prefix}-", dir="/tmp"))
+    path.chmod(0o777)
+    try:
+        for name in examples:
+            shutil.copy(ROOT / "examples" / name, path / name)
+            (path / name).chmod(0o644)
+        yield path
+    finally:
+        if not os.environ.get("MEDBAY_KEEP_WORKDIR"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,8 @@ remediation engine worker on another thread: with the in-memory channel layer
 only this process reaches the browser's websocket, and the engine's step rows
 must reach it. Users are those of portal_server.py (alice maps to the Unix
 user alice). Commands on stdin, answered E2E-ACK {json}:
-`{"op": "agent_token", "node": "gpu-02"}` issues the node agent's token.
+`{"op": "agent_token", "node": "gpu-02"}` issues the node agent's token;
+`{"op": "job_story", "job": 23}` returns what the portal recorded of a job.
 """
 
 from __future__ import annotations
@@ -71,7 +72,34 @@ def agent_token(command) -> dict:
     return {"token": raw}
 
 
-COMMANDS = {"agent_token": agent_token}
+def job_story(command) -> dict:
+    """What the portal recorded of a job: its rows' states, progress reports and tokens
+    (a failing journey prints it)."""
+    from jobs.models import Job
+
+    rows = []
+    for job in Job.objects.filter(slurm_id=command["job"]).order_by("pk"):
+        rows.append(
+            {
+                "row": job.pk,
+                "state": job.state,
+                "superseded": job.superseded,
+                "changes": [
+                    f"{c.at:%H:%M:%S.%f} {c.from_state}->{c.to_state} {c.reason} ({c.actor})"
+                    for c in job.state_changes.order_by("at", "pk")
+                ],
+                "progress": [
+                    f"{p.reported_at:%H:%M:%S.%f} step {p.step} saved={p.checkpoint_saved}"
+                    f" restarts={p.restart_count}"
+                    for p in job.progress_reports.order_by("reported_at", "pk")
+                ],
+                "tokens": [f"revoked {t.revoked_at}" for t in job.tokens.all()],
+            }
+        )
+    return {"rows": rows}
+
+
+COMMANDS = {"agent_token": agent_token, "job_story": job_story}
 
 
 if __name__ == "__main__":

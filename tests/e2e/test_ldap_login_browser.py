@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import pwd
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -26,7 +24,14 @@ try:
 except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
     expect = None
 
-from tests.e2e.conftest import free_port, launch_portal, log_in, require_browser, watch_for_problems
+from tests.e2e.conftest import (
+    free_port,
+    job_workdir,
+    launch_slurm_portal,
+    log_in,
+    require_browser,
+    watch_for_problems,
+)
 from tests.e2e.portal_server import PASSWORD
 from tests.ldap_integration import directory as ldap_directory
 from tests.ldap_integration.directory import (
@@ -52,25 +57,19 @@ def ldap_portal(request, minicluster, directory, tmp_path_factory):  # noqa: F81
         for name, value in directory.items()
         if name.startswith("MEDBAY_LDAP_") and "ADMIN" not in name and name != "MEDBAY_LDAP_STATE"
     }
-    yield from launch_portal(
+    yield from launch_slurm_portal(
         request,
         tmp_path_factory.mktemp("ldap-portal"),
-        "tests/e2e/ldap_portal_server.py",
+        script="tests/e2e/ldap_portal_server.py",
         port=port,
-        MEDBAY_BACKEND="slurm",
-        MEDBAY_FLEET="slurm-spares",
-        MEDBAY_PORTAL_URL=f"http://127.0.0.1:{port}",
-        MEDBAY_SYNC_INTERVAL_S="1",
         **portal_settings,
     )
 
 
 @pytest.fixture
 def workdir():
-    path = Path(tempfile.mkdtemp(prefix="medbay-ldap-", dir="/tmp"))
-    path.chmod(0o777)  # the job runs as alice and writes its output here
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with job_workdir("ldap") as path:
+        yield path
 
 
 def directory_log_in(page, portal, username: str) -> float:

@@ -9,10 +9,7 @@ her job page shows that output. Run it under `flock /tmp/minicluster.lock`.
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +18,13 @@ try:
 except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
     expect = None
 
-from tests.e2e.conftest import free_port, launch_portal, require_browser, watch_for_problems
+from tests.e2e.conftest import (
+    free_port,
+    job_workdir,
+    launch_slurm_portal,
+    require_browser,
+    watch_for_problems,
+)
 from tests.oidc_provider import sso_log_in, start_provider
 from tests.waiting import wait_for
 
@@ -35,26 +38,16 @@ def oidc_slurm_portal(request, minicluster, tmp_path):
     provider = start_provider(
         tmp_path / "provider", free_port(), [f"http://127.0.0.1:{port}/oidc/callback/"]
     )
-    settings = provider.portal_settings(
-        MEDBAY_BACKEND="slurm",
-        MEDBAY_FLEET="slurm-spares",
-        MEDBAY_PORTAL_URL=f"http://127.0.0.1:{port}",
-        MEDBAY_SYNC_INTERVAL_S="1",
-    )
     try:
-        yield from launch_portal(
-            request, tmp_path, "tests/e2e/slurm_portal_server.py", port=port, **settings
-        )
+        yield from launch_slurm_portal(request, tmp_path, port=port, **provider.portal_settings())
     finally:
         provider.stop()
 
 
 @pytest.fixture
 def workdir():
-    path = Path(tempfile.mkdtemp(prefix="medbay-oidc-", dir="/tmp"))
-    path.chmod(0o777)  # the job runs as alice and writes its output here
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    with job_workdir("oidc") as path:
+        yield path
 
 
 def test_alice_logs_in_through_the_provider_and_slurm_runs_her_job_as_alice(

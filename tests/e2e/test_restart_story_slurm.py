@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,8 +29,8 @@ from clusters.backends.base import JobSubmission
 from clusters.sync import HGX_8_GPU_BUS_IDS
 from tests.e2e.conftest import (
     WATCH_SOCKET,
-    free_port,
-    launch_portal,
+    job_workdir,
+    launch_slurm_portal,
     log_in,
     require_browser,
     wait_for_socket,
@@ -64,28 +62,14 @@ sleep 600
 @pytest.fixture
 def slurm_portal(request, minicluster, tmp_path):
     require_browser()
-    port = free_port()
-    yield from launch_portal(
-        request,
-        tmp_path,
-        "tests/e2e/slurm_portal_server.py",
-        port=port,
-        MEDBAY_BACKEND="slurm",
-        MEDBAY_FLEET="slurm-spares",
-        MEDBAY_PORTAL_URL=f"http://127.0.0.1:{port}",
-        MEDBAY_SYNC_INTERVAL_S="1",
-    )
+    yield from launch_slurm_portal(request, tmp_path)
 
 
 @pytest.fixture
 def workdir():
-    path = Path(tempfile.mkdtemp(prefix="medbay-journey-", dir="/tmp"))
-    path.chmod(0o777)  # the job runs as alice and writes its checkpoints and output here
-    for name in ("checkpoint_loop.py", "checkpointing.py"):  # the trainer and its helper
-        shutil.copy(REPO / "examples" / name, path / name)
-        (path / name).chmod(0o644)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    # The trainer and its helper; the job writes its checkpoints and output here.
+    with job_workdir("journey", "checkpoint_loop.py", "checkpointing.py") as path:
+        yield path
 
 
 @pytest.fixture
@@ -180,7 +164,11 @@ def test_alice_reads_why_her_job_restarted_after_an_xid_79_on_real_slurm(
     resumed = int(re.search(r"resumed from step (\d+)", log).group(1))
     # The checkpoint the job wrote on TERM may be reported after the restart is
     # shown: the open page follows it, without a reload.
-    expect(summary).to_contain_text(f"from the checkpoint at step {resumed:,}", timeout=30_000)
+    try:
+        expect(summary).to_contain_text(f"from the checkpoint at step {resumed:,}", timeout=30_000)
+    except AssertionError as error:
+        story = slurm_portal.command("job_story", job=job_id)
+        raise AssertionError(f"{error}\nWhat the portal recorded: {story}") from None
     restarts = slurm.job(job_id).restart_count
     assert restarts == 1
     expect(page.locator("#job-restarts")).to_have_text(str(restarts))

@@ -67,9 +67,11 @@ def test_a_progress_report_posts_json_with_the_job_token(portal):
     assert request["body"] == {"step": 120, "checkpoint_saved": True, "restart_count": 2}
 
 
-def test_a_portal_error_is_reported_as_false_not_raised(portal):
+def test_a_portal_error_is_reported_as_false_not_raised(portal, capsys):
     portal.status = 500
     assert report_progress(1, env=job_env(portal.url)) is False
+    # In the job's error file, so the researcher can see why no progress shows.
+    assert "progress report for step 1 not accepted: HTTP Error 500" in capsys.readouterr().err
 
 
 def test_an_unreachable_portal_is_reported_as_false_not_raised():

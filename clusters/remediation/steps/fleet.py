@@ -39,6 +39,10 @@ VALIDATION_CHECKS = "force_drain,nvidia_smi_responds,gpu_count,ecc_remap,disk_fr
 # nothing may have failed or gone critical on it within REPORT_QUIET.
 REPORT_FRESHNESS = timedelta(minutes=3)
 REPORT_QUIET = timedelta(minutes=10)
+# How long the eligibility check waits for spares that are not registered yet (after a
+# controller restart) before it asks an admin, and how often it looks again.
+SPARE_REGISTRATION_WAIT = timedelta(seconds=60)
+SPARE_RECHECK_S = 2.0
 
 
 @step("check_eligibility", "check that a free spare exists and automation may go on")
@@ -61,11 +65,32 @@ def check_eligibility(run, ctx):
             return needs_attention(f"Circuit breaker open: {blocked}. Retry once it closes.")
     spares = [name for name in ctx.fleet.spare_capacity() if name != run.node.name]
     if not spares:
+        unsettled = _spares_not_registered(run, ctx)
+        waited = ctx.since("spares_awaited_at")
+        if unsettled and (waited is None or waited < SPARE_REGISTRATION_WAIT):
+            # Just after slurmctld restarts, nodes read `unknown` until their slurmd
+            # registers again (seconds): a spare among them may be free in a moment.
+            if waited is None:
+                ctx.remember(spares_awaited_at=ctx.now.isoformat())
+            return waiting(
+                f"No free spare yet: {', '.join(unsettled)} not registered with Slurm "
+                "(controller restarted?); checking again",
+                SPARE_RECHECK_S,
+            )
         return needs_attention(
             f"No free spare to replace {run.node.name}: the spare pool is empty or busy. "
             f"Add or free a spare, then retry this run; {run.node.name} stays drained."
         )
     return succeeded(f"{len(spares)} free spare(s): {', '.join(spares)}")
+
+
+def _spares_not_registered(run, ctx) -> list[str]:
+    """Spare-partition nodes whose state Slurm does not know yet (`unknown`)."""
+    return sorted(
+        info.name
+        for info in ctx.backend.nodes()
+        if "spare" in info.partitions and info.state == "unknown" and info.name != run.node.name
+    )
 
 
 @step("replace", "replace {node} with a free spare and take it out of service")
