@@ -59,6 +59,7 @@ def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm"
 
 def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncResult:
     try:
+        read_at = timezone.now()
         snapshot = read_snapshot(backend)
         generation = drift.controller_generation(backend)
         restarted = drift.restarted_since(cluster, generation)
@@ -68,6 +69,7 @@ def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncRes
         edits = drift.person_edits(cluster, snapshot.nodes, restarted)
         reapplied = drift.reapply(cluster, backend, found)
         if reapplied:
+            read_at = timezone.now()
             snapshot = read_snapshot(backend)
             found = drift.detect(cluster, backend, snapshot.partitions, snapshot.nodes)
             edits = drift.person_edits(cluster, snapshot.nodes, None)
@@ -76,7 +78,7 @@ def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncRes
             raise
         record_outage(cluster, str(error))
         return SyncResult(controller_up=False, error=str(error))
-    result = apply_snapshot(cluster, *snapshot, actor=actor)
+    result = apply_snapshot(cluster, *snapshot, actor=actor, read_at=read_at)
     drift.save(cluster, found)
     drift.save_edits(cluster, edits, generation)
     result.partition_drift, result.reapplied = found, reapplied
@@ -120,14 +122,16 @@ def apply_snapshot(
     *,
     actor: str = "slurm",
     now: datetime | None = None,
+    read_at: datetime | None = None,
 ) -> SyncResult:
+    """Reconcile a snapshot; READ_AT is when Slurm was read for it (see sync_jobs)."""
     now = now or timezone.now()
     result = SyncResult()
     with transaction.atomic():
         partition_rows = sync_partitions(cluster, partitions)
         pools = pools_by_partition(cluster, partition_rows)
         node_rows = sync_nodes(cluster, nodes, partition_rows, pools, actor, now, result)
-        sync_jobs(cluster, jobs, node_rows, actor, now, result)
+        sync_jobs(cluster, jobs, node_rows, actor, now, result, read_at)
         came_back = not cluster.controller_up
         Cluster.objects.filter(pk=cluster.pk).update(
             controller_up=True, controller_down_since=None, last_sync_at=now

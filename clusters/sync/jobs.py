@@ -73,7 +73,10 @@ def _job_values(info: JobInfo) -> dict:
     }
 
 
-def sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
+def sync_jobs(cluster, infos, node_ids, actor, now, result, read_at=None) -> None:
+    """READ_AT: when Slurm was read for this snapshot (None: at `now`). A job whose row
+    was written after it (submitted through the portal meanwhile) could not be listed,
+    and is not taken for one Slurm no longer reports."""
     seen = {info.job_id: info for info in infos}
     stored = _stored_jobs(cluster, list(seen))
     _retire_reused_ids(seen, stored)
@@ -108,6 +111,8 @@ def sync_jobs(cluster, infos, node_ids, actor, now, result) -> None:
     vanished = []
     for job_id, old in stored.items():
         if job_id in seen or old.state not in ACTIVE_JOB_STATES:
+            continue
+        if read_at is not None and old.updated_at > read_at:
             continue
         row = Job(pk=old.pk, cluster=cluster, slurm_id=job_id, state=old.state)
         row.restart_count = old.restart_count
@@ -163,6 +168,7 @@ class StoredJob(NamedTuple):
     state: str
     restart_count: int
     key: object
+    updated_at: datetime
 
 
 def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
@@ -179,14 +185,14 @@ def _stored_jobs(cluster: Cluster, job_ids: list[int]) -> dict[int, StoredJob]:
     )
     if connection.vendor == "postgresql":
         rows = rows.annotate(sync_key=_job_digest_expression()).values_list(
-            "pk", "slurm_id", "state", "restart_count", "sync_key"
+            "pk", "slurm_id", "state", "restart_count", "sync_key", "updated_at"
         )
         return {slurm_id: StoredJob(pk, *rest) for pk, slurm_id, *rest in rows}
-    rows = rows.values_list("pk", "slurm_id", *JOB_FIELDS)
+    rows = rows.values_list("pk", "slurm_id", "updated_at", *JOB_FIELDS)
     state_at, restarts_at = JOB_FIELDS.index("state"), JOB_FIELDS.index("restart_count")
     return {
-        slurm_id: StoredJob(pk, values[state_at], values[restarts_at], tuple(values))
-        for pk, slurm_id, *values in rows
+        slurm_id: StoredJob(pk, values[state_at], values[restarts_at], tuple(values), updated)
+        for pk, slurm_id, updated, *values in rows
     }
 
 

@@ -91,3 +91,24 @@ def test_a_malformed_report_is_a_field_error(client, running_job):
 
     assert response.status_code == 400
     assert "step" in response.json()["errors"]
+
+
+def test_a_job_submitted_while_the_sync_read_slurm_keeps_its_row_and_its_token(
+    client, cluster, sim, synced, researcher, submit_as, submissions
+):
+    from django.utils import timezone
+
+    from clusters.sync import apply_snapshot
+
+    # A sync cycle reads Slurm, then the researcher submits before it writes.
+    read_at = timezone.now()
+    snapshot = (sim.partitions(), sim.nodes(), sim.jobs())
+    slurm_id = submit_as(researcher)
+    token = token_in(submissions[-1].script)
+    apply_snapshot(cluster, *snapshot, read_at=read_at)
+
+    job = Job.objects.get(slurm_id=slurm_id)
+    assert (job.state, job.superseded) == ("PENDING", False)
+    synced(timedelta(seconds=1))
+    assert Job.objects.get(slurm_id=slurm_id, superseded=False).pk == job.pk
+    assert post_progress(client, slurm_id, token).status_code == 201
