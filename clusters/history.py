@@ -495,4 +495,42 @@ def generate_history(
     start = end - timedelta(days=days)
     with transaction.atomic():
         generator = _Generator(cluster, nodes, start, end, seed, jobs, fault_rate_per_gpu_day)
-        return generator.run()
+        stats = generator.run()
+        _write_accounting(cluster)
+        return stats
+
+
+def _write_accounting(cluster: Cluster) -> int:
+    """Slurm's accounting of the generated jobs, as `import_accounting` stores it from the
+    simulator: one record per finished job (SimulatedCluster.finished_jobs keeps no
+    record of attempts before a requeue either), so the accounting report has figures."""
+    from clusters.backends.base import AccountingRecord
+    from jobs.accounting import store_records
+    from jobs.models import ACTIVE_JOB_STATES, Job
+
+    finished = Job.objects.filter(
+        cluster=cluster, slurm_id__gte=FIRST_JOB_ID, end_at__isnull=False
+    ).exclude(state__in=ACTIVE_JOB_STATES)
+    records = [
+        AccountingRecord(
+            cluster=cluster.name,
+            job_id=job.slurm_id,
+            submit_time=job.submit_at,
+            name=job.name,
+            user=job.user,
+            account=job.account,
+            partition=job.partition,
+            qos="normal",
+            state=job.state,
+            start_time=job.start_at,
+            end_time=job.end_at,
+            elapsed_s=int((job.end_at - job.start_at).total_seconds()) if job.start_at else 0,
+            gpus=job.gpus if job.start_at else 0,
+            nodes=tuple(job.node_names or ()),
+            exit_code=job.exit_code,
+            restart_count=job.restart_count,
+        )
+        for job in finished.iterator()
+    ]
+    store_records(cluster, records)
+    return len(records)

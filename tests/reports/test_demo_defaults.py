@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ("utilization", "training_share", "availability", "reliability", "goodput")
-REPORTS += ("remediation",)
+REPORTS += ("remediation", "accounting")
 
 
 def manage(*args: str, tmp_path, **settings) -> subprocess.CompletedProcess:
@@ -65,6 +65,8 @@ def test_a_plain_demo_writes_a_default_reports_worth_of_history_so_no_report_is_
     assert summary["reliability"]["faults"] > 0 and summary["reliability"]["node_mtbf_h"]
     assert summary["goodput"]["lost_gpu_h"] > 0
     assert summary["remediation"]["runs"] > 0
+    # Slurm's accounting of the generated jobs, as import_accounting stores it.
+    assert summary["accounting"]["GPU-h"] > 0 and summary["accounting"]["jobs ended"] > 0
     # What the issue saw: the default 30-day utilization table, one row a day, all 0.0.
     days = client.get("/api/v1/reports/utilization/").json()["tables"]["utilization"]["rows"]
     assert len(days) == 30
