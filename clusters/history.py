@@ -495,4 +495,18 @@ def generate_history(
     start = end - timedelta(days=days)
     with transaction.atomic():
         generator = _Generator(cluster, nodes, start, end, seed, jobs, fault_rate_per_gpu_day)
-        return generator.run()
+        stats = generator.run()
+        _forget_rollups(cluster)
+        return stats
+
+
+def _forget_rollups(cluster: Cluster) -> None:
+    """History written into the past makes the cluster's daily rollups stale."""
+    from clusters.models import NodeStateDay
+    from health.models import HealthEventDay
+    from jobs.models import JobDay
+
+    NodeStateDay.objects.filter(node__cluster=cluster).delete()
+    JobDay.objects.filter(cluster=cluster).delete()
+    HealthEventDay.objects.filter(node__cluster=cluster).delete()
+    Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=None)
