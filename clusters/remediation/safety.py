@@ -72,13 +72,8 @@ def partition_cap(total: int) -> int:
 
 def breaker_blocks(node: Node, *, exclude_run: int | None = None) -> str:
     """Why a new automatic drain of `node` is not allowed now; "" when it is."""
-    found = _breaker_reason(node, exclude_run)
+    found = BreakerLedger(node.cluster_id, [node.pk], exclude_run=exclude_run).reason(node.pk)
     return found[1] if found else ""
-
-
-def _breaker_reason(node: Node, exclude_run: int | None) -> tuple[str, str] | None:
-    """(partition or "" for cluster-wide, reason) of the limit that is reached, if any."""
-    return BreakerLedger(node.cluster_id, [node.pk], exclude_run=exclude_run).reason(node.pk)
 
 
 class BreakerLedger:
@@ -201,15 +196,6 @@ class BreakerLedger:
         for trip_pk, count in self._suppressed.items():
             BreakerTrip.objects.filter(pk=trip_pk).update(suppressed=F("suppressed") + count)
         self._refusals, self._suppressed = [], {}
-
-
-def admit_automatic(node: Node, *, incident=None, action: str = "") -> str:
-    """ "" if automation may drain `node`; otherwise the breaker's reason, with the
-    refusal written down (which incident, which node, why) and counted on the trip."""
-    ledger = BreakerLedger(node.cluster_id, [node.pk])
-    refused = ledger.admit(node, incident=incident, action=action)
-    ledger.flush()
-    return refused
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,8 @@ def launch_slurm_portal(request, folder: Path, *, script="tests/e2e/slurm_portal
 @contextmanager
 def job_workdir(prefix: str, *examples: str):
     """A folder every user may write in (the job runs as its researcher and writes its
-    output there), with copies of the named files of examples/; removed afterwards."""
+    output there), with copies of the named files of examples/; removed afterwards
+    unless MEDBAY_KEEP_WORKDIR is set (to read a failed journey's job output)."""
     path = Path(tempfile.mkdtemp(prefix=f"medbay-{prefix}-", dir="/tmp"))
     path.chmod(0o777)
     try:
