@@ -245,9 +245,12 @@ def history(cluster, sim, command) -> dict:
 
 
 def recorded_accounting(cluster, sim, command) -> dict:
-    """Slurm's accounting of alice's and bob's jobs (the recorded 22.05 sacct --json),
-    imported by `import_accounting` as from a real cluster."""
-    from datetime import datetime, timedelta
+    """Slurm's accounting of alice's and bob's jobs (the recorded 22.05 sacct --json of
+    2026-12-01), imported by `import_accounting` as from a real cluster, replayed on
+    `day`: other tests' generated history covers the last few days, and the report
+    reads every cluster, so the recorded day is moved where no other record lies."""
+    from dataclasses import replace
+    from datetime import UTC, date, datetime, timedelta
     from pathlib import Path
 
     from clusters.backends.slurm_accounting import finished_in
@@ -255,7 +258,21 @@ def recorded_accounting(cluster, sim, command) -> dict:
     from jobs.accounting import import_accounting
 
     sample = Path(__file__).resolve().parent.parent / "fixtures/slurm/22.05/accounting"
-    records = decode_accounting_json((sample / "sacct_D_X_alice_bob.json").read_text())
+    recorded = decode_accounting_json((sample / "sacct_D_X_alice_bob.json").read_text())
+    shift = date.fromisoformat(command["day"]) - date(2026, 12, 1)
+
+    def moved(moment):
+        return moment + shift if moment is not None else None
+
+    records = [
+        replace(
+            record,
+            submit_time=moved(record.submit_time),
+            start_time=moved(record.start_time),
+            end_time=moved(record.end_time),
+        )
+        for record in recorded
+    ]
 
     class Recorded:
         name = "slurm"
@@ -263,7 +280,7 @@ def recorded_accounting(cluster, sim, command) -> dict:
         def finished_jobs(self, start, end):
             return finished_in(records, start, end)
 
-    since = datetime.fromisoformat(command["since"])
+    since = datetime.combine(date.fromisoformat(command["day"]), datetime.min.time(), UTC)
     result = import_accounting(cluster, Recorded(), since=since, until=since + timedelta(days=1))
     return {"records": result.records}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date, timedelta
 
 import pytest
 
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.browser
 
 HISTORY_DAYS = 3
 HISTORY_JOBS = 40
+REPLAYED_DAYS_AGO = 60
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +70,14 @@ def test_a_manager_switches_report_tabs_in_place_and_the_filters_follow_the_tab(
 
 
 def test_a_manager_reads_gpu_hours_by_team_then_by_qos_from_slurms_accounting(page, portal):
-    """The recorded accounting of 2026-12-01: alice (vision) 2 GPUs x 3 s, then 8 x 4 s
-    and 8 x 30 s over a requeue; bob (nlp) 1 x 2 s under QOS high and 8 x 9 s."""
-    assert portal.command("recorded_accounting", since="2026-12-01T00:00:00+00:00")["records"] == 5
+    """The recorded accounting of a day: alice (vision) 2 GPUs x 3 s, then 8 x 4 s and
+    8 x 30 s over a requeue; bob (nlp) 1 x 2 s under QOS high and 8 x 9 s. It is replayed
+    on a day well before the history other tests generate, which the report would add."""
+    day = (date.today() - timedelta(days=REPLAYED_DAYS_AGO)).isoformat()
+    assert portal.command("recorded_accounting", day=day)["records"] == 5
     page.add_init_script(WATCH_SOCKET)
     log_in(page, portal, "manager")
-    page.goto(f"{portal.url}/reports/accounting/?start=2026-12-01&end=2026-12-01&group_by=account")
+    page.goto(f"{portal.url}/reports/accounting/?start={day}&end={day}&group_by=account")
     section = page.locator("#report-accounting")
     expect(section.locator("h2")).to_contain_text("Usage by account")
     rows = section.locator("table tbody tr")
