@@ -497,6 +497,7 @@ def generate_history(
         generator = _Generator(cluster, nodes, start, end, seed, jobs, fault_rate_per_gpu_day)
         stats = generator.run()
         _write_accounting(cluster)
+        _forget_rollups(cluster)
         return stats
 
 
@@ -534,3 +535,15 @@ def _write_accounting(cluster: Cluster) -> int:
     ]
     store_records(cluster, records)
     return len(records)
+
+
+def _forget_rollups(cluster: Cluster) -> None:
+    """History written into the past makes the cluster's daily rollups stale."""
+    from clusters.models import NodeStateDay
+    from health.models import HealthEventDay
+    from jobs.models import JobDay
+
+    NodeStateDay.objects.filter(node__cluster=cluster).delete()
+    JobDay.objects.filter(cluster=cluster).delete()
+    HealthEventDay.objects.filter(node__cluster=cluster).delete()
+    Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=None)

@@ -62,6 +62,9 @@ class Cluster(models.Model):
     # Partition edits made outside Medbay to nodes Medbay had moved, waiting for an
     # admin to adopt them: {node: {"medbay": [...], "slurm": [...], "seen_at": iso}}.
     partition_edits = models.JSONField(default=dict, blank=True)
+    # The history rollups (NodeStateDay, jobs.JobDay) hold every whole UTC day
+    # before this one; reports read those days from them (portal/reports/rollups.py).
+    history_rolled_until = models.DateField(null=True, blank=True)
 
     def __str__(self) -> str:
         return self.name
@@ -198,3 +201,23 @@ class NodeStateChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id}: {self.from_status} -> {self.to_status}"
+
+
+class NodeStateDay(models.Model):
+    """Rollup of NodeStateChange: seconds a node spent in a status on one UTC day."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_days")
+    day = models.DateField()
+    status = models.CharField(max_length=16, choices=NodeStatus.choices)
+    seconds = models.FloatField(default=0.0)
+    # Changes into this status (down or fail) from a status that was not a fault.
+    falls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "day", "status"], name="clusters_nsd_unique"),
+        ]
+        indexes = [models.Index(fields=["day"], name="clusters_nsd_day")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.day} {self.status}: {self.seconds:.0f} s"

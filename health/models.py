@@ -135,6 +135,23 @@ class HealthEvent(models.Model):
         return f"{self.check_name}: {self.status}"
 
 
+class HealthEventDay(models.Model):
+    """Rollup of fault events (XIDs, failing or warning checks): how many per node and day."""
+
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    kind = models.CharField(max_length=8, choices=EventKind.choices)
+    xid = models.PositiveIntegerField(null=True, blank=True)
+    check_name = models.CharField(max_length=64, blank=True)
+    events = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["day"], name="health_eventday_day")]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.day} {self.kind} {self.xid or self.check_name}: {self.events}"
+
+
 class ReceivedEventId(models.Model):
     """Every event id an agent has sent, so a resent batch is never counted twice."""
 

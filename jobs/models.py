@@ -122,6 +122,28 @@ class JobStateChange(models.Model):
         return f"{self.job_id}: {self.from_state} -> {self.to_state}"
 
 
+class JobDay(models.Model):
+    """Rollup of job history: GPU-seconds allocated to RUNNING jobs on one UTC day."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    partition = models.CharField(max_length=64, blank=True)
+    account = models.CharField(max_length=64, blank=True)
+    user = models.CharField(max_length=64, blank=True)
+    gpu_seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "day", "partition", "account", "user"], name="jobs_day_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["day"], name="jobs_day_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.partition}/{self.account}/{self.user}: {self.gpu_seconds:.0f}"
+
+
 def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 

@@ -263,6 +263,9 @@ MEDBAY_SIM_TIME_SCALE = env_float("MEDBAY_SIM_TIME_SCALE", 60.0)
 MEDBAY_BOARD_TILES_MAX = env_int("MEDBAY_BOARD_TILES_MAX", 512)
 MEDBAY_SIM_NODES = env_int("MEDBAY_SIM_NODES", 32)
 MEDBAY_SIM_PREFIX = env_str("MEDBAY_SIM_PREFIX", "gpu")
+# History older than this many days is deleted by `manage.py prune_history` once the
+# daily rollups hold its figures (portal/reports/retention.py); 0 keeps everything.
+MEDBAY_HISTORY_RETENTION_DAYS = env_int("MEDBAY_HISTORY_RETENTION_DAYS", 0)
 # Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
 MEDBAY_BREAKER_PARTITION_PCT = env_float("MEDBAY_BREAKER_PARTITION_PCT", 10.0)
 MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)

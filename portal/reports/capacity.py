@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db.models import Count, F, Q, Value
+from django.db.models import Count, F, Value
 from django.db.models.functions import Coalesce
 
-from clusters.models import NodePool, NodeStateChange
+from clusters.models import NodePool
 from clusters.status import POOL_FOR_PARTITION
 from health.models import Incident, Severity
 from portal.reports.base import (
-    FAULT_STATUSES,
     NO_DATA,
     OUT_OF_SERVICE,
     Report,
@@ -28,12 +27,10 @@ from portal.reports.intervals import (
     Span,
     bucketed_and_per_node,
     bucketed_sums,
-    job_run_intervals,
-    job_span_intervals,
-    node_state_intervals,
     summed,
 )
 from portal.reports.params import ReportQuery
+from portal.reports.rollups import falls_per_node, job_sources, node_intervals
 
 TOP = 10
 NODE_GROUPS = {"partition": "node__partition_names", "pool": "node__pool__kind"}
@@ -43,15 +40,13 @@ JOB_GROUPS = {"partition": "partition", "pool": "partition", "account": "account
 # ------------------------------------------------------------------ shared sums
 def node_seconds(span: Span, group: str) -> dict[tuple[str, str], list[float]]:
     """GPU-seconds per bucket for each (group, node status)."""
-    sums = bucketed_sums(
-        node_state_intervals(span).annotate(g=_node_key(group)), span, ["g", "status"]
-    )
+    sums = bucketed_sums(node_intervals(span).annotate(g=_node_key(group)), span, ["g", "status"])
     return _merge_groups(sums, group)
 
 
 def node_seconds_and_hours(span: Span, group: str) -> tuple[dict, list[dict]]:
     """`node_seconds` and `node_hours` (every node, most downtime first) from one scan."""
-    rows = node_state_intervals(span).annotate(g=_node_key(group), node_name=F("node__name"))
+    rows = node_intervals(span).annotate(g=_node_key(group), node_name=F("node__name"))
     sums, nodes = bucketed_and_per_node(rows, span, ["g", "status"], _node_sums())
     nodes.sort(key=lambda row: (-(row["down_s"] or 0.0), row["node_name"]))
     return _merge_groups(sums, group), nodes
@@ -75,7 +70,7 @@ def job_seconds(span: Span, group: str) -> dict[str, list[float]]:
     """Allocated GPU-seconds per bucket for each group (partition, pool, account or user)."""
     field = JOB_GROUPS.get(group)
     merged: dict[str, list[float]] = {}
-    for rows, prefix in ((job_run_intervals(span), "job__"), (job_span_intervals(span), "")):
+    for rows, prefix in job_sources(span):
         key = Coalesce(F(prefix + field), Value("")) if field else Value("")
         sums = bucketed_sums(
             rows.annotate(g=key), span, ["g"], "run_state = 'RUNNING'", ["run_state"]
@@ -259,7 +254,7 @@ def availability(query: ReportQuery) -> Report:
 
 def node_hours(span: Span, *, limit: int | None = None) -> list[dict]:
     """Per node: seconds down (out of service) and installed, most downtime first."""
-    rows = node_state_intervals(span).annotate(node_name=F("node__name"))
+    rows = node_intervals(span).annotate(node_name=F("node__name"))
     return summed(
         rows,
         ["node_name", "status", "w", "s_off", "e_off"],
@@ -303,7 +298,6 @@ def downtime_table(span: Span, top: list[dict] | None = None) -> Table:
 
 def faults_per_node(span: Span) -> dict[str, dict[str, int]]:
     """Critical incidents and transitions into down/fail per node name."""
-    window = Q(at__gte=span.start, at__lt=span.data_end)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: {"incidents": 0, "down_fail": 0})
     incidents = (
         Incident.objects.filter(
@@ -315,15 +309,8 @@ def faults_per_node(span: Span) -> dict[str, dict[str, int]]:
     )
     for row in incidents:
         counts[row["node__name"]]["incidents"] = row["n"]
-    changes = (
-        NodeStateChange.objects.filter(window, to_status__in=FAULT_STATUSES)
-        .exclude(from_status__in=FAULT_STATUSES)
-        .values("node__name")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for row in changes:
-        counts[row["node__name"]]["down_fail"] = row["n"]
+    for name, falls in falls_per_node(span).items():
+        counts[name]["down_fail"] = falls
     return counts
 
 

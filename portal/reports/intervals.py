@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.core.exceptions import EmptyResultSet
@@ -71,6 +71,16 @@ class Span:
     # Data are read up to here: the end of the window, or now if that is earlier.
     data_end: datetime
     bucket: timedelta
+    # Raw rows are read from here (the end of the days read from the rollups), or `start`.
+    data_from: datetime | None = None
+
+    @property
+    def raw_start(self) -> datetime:
+        return self.data_from or self.start
+
+    def after(self, moment: datetime | None) -> Span:
+        """This span with raw rows read only from `moment` on (None: from its start)."""
+        return replace(self, data_from=moment) if moment else self
 
     @property
     def seconds(self) -> float:
@@ -102,7 +112,10 @@ class Span:
     def clip(self, start_expr, end_expr) -> dict:
         """`s_off`/`e_off`: an interval in seconds from the start, clipped to the data."""
         return {
-            "s_off": Greatest(self.offset(start_expr), Value(0.0)),
+            "s_off": Greatest(
+                self.offset(start_expr),
+                Value((self.raw_start - self.start).total_seconds()),
+            ),
             "e_off": Least(self.offset(end_expr), Value(self.data_seconds)),
         }
 
@@ -126,8 +139,43 @@ def _rows(sql: str, params: Sequence) -> list[tuple]:
         return cursor.fetchall()
 
 
-def _wrap(queryset: QuerySet, columns: Iterable[str]) -> tuple[str, tuple]:
-    inner, params = queryset.order_by().values(*columns).query.sql_with_params()
+class Intervals:
+    """Interval rows from several querysets (raw history, and days from a rollup), unioned.
+
+    Each part annotates the same columns; `annotate` applies to every part.
+    """
+
+    def __init__(self, *parts: QuerySet) -> None:
+        self.parts = parts
+
+    def annotate(self, **annotations) -> Intervals:
+        return Intervals(*(part.annotate(**annotations) for part in self.parts))
+
+    def sql(self, columns: Sequence[str]) -> tuple[str, tuple]:
+        """`SELECT columns FROM part UNION ALL ...`; EmptyResultSet when no part has rows."""
+        selects, params = [], []
+        columns = list(dict.fromkeys(columns))  # as values() does: a column only once
+        names = ", ".join(columns)
+        for index, part in enumerate(self.parts):
+            try:
+                inner, inner_params = _inner(part, columns)
+            except EmptyResultSet:
+                continue
+            selects.append(f"SELECT {names} FROM ({inner}) AS p{index}")  # noqa: S608
+            params.extend(inner_params)
+        if not selects:
+            raise EmptyResultSet
+        return " UNION ALL ".join(selects), tuple(params)
+
+
+def _inner(queryset: QuerySet | Intervals, columns: Sequence[str]) -> tuple[str, tuple]:
+    if isinstance(queryset, Intervals):
+        return queryset.sql(columns)
+    return queryset.order_by().values(*columns).query.sql_with_params()
+
+
+def _wrap(queryset: QuerySet | Intervals, columns: Sequence[str]) -> tuple[str, tuple]:
+    inner, params = _inner(queryset, columns)
     return f"({inner}) AS iv", params
 
 
@@ -183,7 +231,7 @@ def bucketed_and_per_node(
     """
     columns = [*groups, "node_name", "status", "w", "s_off", "e_off", "k_start", "k_end"]
     try:
-        inner, params = queryset.order_by().values(*columns).query.sql_with_params()
+        inner, params = _inner(queryset, columns)
     except EmptyResultSet:
         return {}, []
     # UNION ALL needs the same columns in both branches, of matching types: the per-node
@@ -254,24 +302,23 @@ def summed(
     return [dict(zip(names, row, strict=True)) for row in _rows(sql, params)]
 
 
-def node_state_intervals(span: Span) -> QuerySet:
+def node_state_intervals(span: Span, weight=None) -> QuerySet:
     """One row per node status interval overlapping the window, weighted by GPU count.
 
-    Only the last change before the window is needed to know each node's status
-    at its start, so older history is never scanned.
+    Only the last change before the window (before `span.raw_start`) is needed to
+    know each node's status at its start, so older history is never scanned.
     """
     from clusters.models import Node, NodeStateChange
 
-    last_before = NodeStateChange.objects.filter(node=OuterRef("pk"), at__lt=span.start).order_by(
+    start = span.raw_start
+    last_before = NodeStateChange.objects.filter(node=OuterRef("pk"), at__lt=start).order_by(
         "-at", "-id"
     )
     seeds = Node.objects.annotate(seed=Subquery(last_before.values("id")[:1])).values("seed")
-    rows = NodeStateChange.objects.filter(
-        Q(at__gte=span.start, at__lt=span.data_end) | Q(id__in=seeds)
-    )
+    rows = NodeStateChange.objects.filter(Q(at__gte=start, at__lt=span.data_end) | Q(id__in=seeds))
     following = Window(Lead("at"), partition_by=[F("node_id")], order_by=[F("at"), F("id")])
     rows = rows.annotate(
-        w=F("node__gpu_count"),
+        w=F("node__gpu_count") if weight is None else weight,
         status=F("to_status"),
         **span.clip(F("at"), Coalesce(following, Value(span.data_end))),
     )
@@ -287,7 +334,7 @@ def job_run_intervals(span: Span) -> QuerySet:
     from jobs.models import JobStateChange
 
     rows = JobStateChange.objects.filter(at__lt=span.data_end).filter(
-        Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.start)
+        Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.raw_start)
     )
     following = Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at"), F("id")])
     # A still-open interval ends when the job ended, or now.
@@ -305,7 +352,7 @@ def job_span_intervals(span: Span) -> QuerySet:
     from jobs.models import Job, JobStateChange
 
     rows = Job.objects.filter(start_at__isnull=False, start_at__lt=span.data_end).filter(
-        Q(end_at__isnull=True) | Q(end_at__gt=span.start)
+        Q(end_at__isnull=True) | Q(end_at__gt=span.raw_start)
     )
     rows = rows.exclude(Exists(JobStateChange.objects.filter(job=OuterRef("pk"))))
     rows = rows.annotate(

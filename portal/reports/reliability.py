@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-from django.db.models import Avg, Count, F, FloatField, Max, Q, Sum, Value
-from django.db.models.functions import Coalesce, Floor
+from django.db.models import Avg, Count, F, Max, Sum, Value
+from django.db.models.functions import Coalesce
 
 from clusters.remediation.models import BreakerTrip, Remediation, Trigger
 from clusters.remediation.transitions import RunStatus
-from health.models import CheckStatus, EventKind, HealthEvent, Incident, Severity
+from health.models import Incident, Severity
 from portal.reports.base import NO_DATA, Report, Table, hours, minutes
 from portal.reports.capacity import faults_per_node, node_hours
 from portal.reports.intervals import Epoch, Span
 from portal.reports.params import ReportQuery
+from portal.reports.rollups import fault_event_counts
 
 # Crusoe's published recovery times: ~5 min to swap a node, under 15 min end to end.
 REFERENCE_REPLACE_MIN = 5.0
 REFERENCE_END_TO_END_MIN = 15.0
 MAX_TRIPS = 50
-
-
-def _fault_events(span: Span):
-    events = HealthEvent.objects.filter(
-        observed_at__gte=span.start, observed_at__lt=span.data_end
-    ).filter(
-        Q(kind=EventKind.XID) | Q(status__in=[CheckStatus.FAIL, CheckStatus.WARN], xid__isnull=True)
-    )
-    width = Value(span.bucket_seconds, output_field=FloatField())
-    return events.annotate(k=Floor(span.offset(F("observed_at")) / width))
 
 
 def faults_table(span: Span, bucket: str) -> Table:
@@ -35,12 +26,7 @@ def faults_table(span: Span, bucket: str) -> Table:
         "Faults by XID code and health check",
         [("bucket", bucket), ("source", "source"), ("kind", "kind"), ("events", "events")],
     )
-    rows = (
-        _fault_events(span)
-        .values("k", "kind", "xid", "check_name")
-        .annotate(n=Count("id"))
-        .order_by("k", "kind", "xid", "check_name")
-    )
+    rows = fault_event_counts(span)
     starts = span.bucket_starts()
     for row in rows:
         source = f"XID {row['xid']}" if row["xid"] is not None else row["check_name"] or row["kind"]

@@ -1,0 +1,285 @@
+"""Daily rollups of node and job history, so a year of reports need not replay the raw rows.
+
+Design: a rollup row holds what the reports sum over one whole UTC day
+(`clusters.NodeStateDay`: a node's seconds in each status and its falls into
+down/fail; `jobs.JobDay`: allocated GPU-seconds per partition, account and user;
+`health.HealthEventDay`: fault events per node, kind, XID and check).
+They are computed by the same interval queries the reports run over raw rows
+(intervals.py), one chunk of days at a time, so the two cannot disagree.
+
+`roll_up(cluster)` (the `rollup_history` command, run daily by
+deploy/systemd/medbay-history.timer) writes every whole day from the cluster's
+mark (`Cluster.history_rolled_until`, or its first history row) up to today and
+moves the mark; a chunk's rows are deleted and rewritten in one transaction, so
+re-running it is harmless and `--since` recomputes days that changed. Today is
+never rolled up: the sync only appends rows at the present, so a whole day in the
+past does not change again. Whoever writes history into the past (the history
+generator) clears the cluster's rollups.
+
+A report reads whole days before the edge (the earliest mark of all clusters)
+from the rollups and only the rest from raw rows. Node weights (GPU count) and
+groups (partition, pool) are joined at read time, so the figures are those the raw
+rows give. Rollup days are UTC days, so they are used only when the report's
+buckets start at UTC midnight (TIME_ZONE=UTC, the default); otherwise the
+reports read raw rows as before.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db import transaction
+from django.db.models import Count, F, FloatField, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, Floor, TruncDate
+from django.utils import timezone
+
+from clusters.models import Cluster, NodeStateChange, NodeStateDay
+from health.models import CheckStatus, EventKind, HealthEvent, HealthEventDay
+from jobs.models import Job, JobDay, JobStateChange
+from portal.reports.base import FAULT_STATUSES
+from portal.reports.intervals import (
+    Epoch,
+    Intervals,
+    Span,
+    bucketed_sums,
+    job_run_intervals,
+    job_span_intervals,
+    node_state_intervals,
+)
+
+DAY = timedelta(days=1)
+CHUNK_DAYS = 31  # days rolled up per query: bounds memory (nodes x statuses x days floats)
+
+
+def midnight(day: date) -> datetime:
+    return datetime.combine(day, time.min, UTC)
+
+
+# ------------------------------------------------------------------ reading
+def rollup_edge(span: Span) -> datetime | None:
+    """Where the rollups end for this span: whole days before it come from them; or None."""
+    if span.start.timestamp() % 86400 or span.bucket_seconds % 86400:
+        return None  # the report's days are not UTC days
+    marks = Cluster.objects.filter(nodes__isnull=False).values_list(
+        "history_rolled_until", flat=True
+    )
+    marks = set(marks)
+    if not marks or None in marks:
+        return None
+    edge = min(midnight(min(marks)), span.data_end)
+    return edge if edge > span.start else None
+
+
+def _day_index(span: Span):
+    start = Value(span.start.timestamp(), output_field=FloatField())
+    return Floor((Epoch(F("day")) - start) / Value(span.bucket_seconds))
+
+
+def _days(queryset: QuerySet, span: Span, edge: datetime) -> QuerySet:
+    first = span.start.astimezone(UTC).date()
+    return queryset.filter(day__gte=first, day__lt=edge.astimezone(UTC).date())
+
+
+def node_intervals(span: Span) -> QuerySet | Intervals:
+    """`node_state_intervals`, with whole days before the rollup edge read from the rollup.
+
+    A rollup row stands for an interval of `seconds` inside one bucket
+    (s_off = 0, e_off = seconds, k_start = k_end = its bucket): every sum the
+    reports take of intervals gives the same for it.
+    """
+    edge = rollup_edge(span)
+    if edge is None:
+        return node_state_intervals(span)
+    k = _day_index(span)
+    days = _days(NodeStateDay.objects.all(), span, edge).annotate(
+        w=F("node__gpu_count"), s_off=Value(0.0), e_off=F("seconds"), k_start=k, k_end=k
+    )
+    return Intervals(days, node_state_intervals(span.after(edge)))
+
+
+def job_sources(span: Span) -> list[tuple[QuerySet, str]]:
+    """Job RUNNING intervals as (queryset, prefix of the job's fields), rollup days first."""
+    edge = rollup_edge(span)
+    raw = span.after(edge)
+    sources = [(job_run_intervals(raw), "job__"), (job_span_intervals(raw), "")]
+    if edge is None:
+        return sources
+    k = _day_index(span)
+    days = _days(JobDay.objects.all(), span, edge).annotate(
+        w=Value(1.0),
+        run_state=Value("RUNNING"),
+        s_off=Value(0.0),
+        e_off=F("gpu_seconds"),
+        k_start=k,
+        k_end=k,
+    )
+    return [(days, ""), *sources]
+
+
+def falls_per_node(span: Span) -> dict[str, int]:
+    """Changes into down/fail from a status that was not a fault, per node name."""
+    edge = rollup_edge(span)
+    start = edge or span.start
+    changes = (
+        NodeStateChange.objects.filter(
+            at__gte=start, at__lt=span.data_end, to_status__in=FAULT_STATUSES
+        )
+        .exclude(from_status__in=FAULT_STATUSES)
+        .values("node__name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    counts = {row["node__name"]: row["n"] for row in changes}
+    if edge is not None:
+        days = _days(NodeStateDay.objects.filter(falls__gt=0), span, edge)
+        for row in days.values("node__name").annotate(n=Sum("falls")).order_by():
+            counts[row["node__name"]] = counts.get(row["node__name"], 0) + row["n"]
+    return counts
+
+
+def fault_events() -> QuerySet:
+    """Health events that count as faults: XIDs, and failing or warning checks."""
+    return HealthEvent.objects.filter(
+        Q(kind=EventKind.XID) | Q(status__in=[CheckStatus.FAIL, CheckStatus.WARN], xid__isnull=True)
+    )
+
+
+def fault_event_counts(span: Span) -> list[dict]:
+    """Fault events per (bucket k, kind, xid, check_name), from the rollup and raw rows."""
+    edge = rollup_edge(span)
+    width = Value(span.bucket_seconds, output_field=FloatField())
+    raw = fault_events().filter(observed_at__gte=edge or span.start, observed_at__lt=span.data_end)
+    raw = raw.annotate(k=Floor(span.offset(F("observed_at")) / width))
+    keys = ("k", "kind", "xid", "check_name")
+    counts: dict[tuple, int] = {}
+    parts = [raw.values(*keys).annotate(n=Count("id")).order_by()]
+    if edge is not None:
+        days = _days(HealthEventDay.objects.all(), span, edge).annotate(k=_day_index(span))
+        parts.append(days.values(*keys).annotate(n=Sum("events")).order_by())
+    for part in parts:
+        for row in part:
+            key = (int(row["k"]), row["kind"], row["xid"], row["check_name"])
+            counts[key] = counts.get(key, 0) + row["n"]
+    ordered = sorted(counts, key=lambda key: (key[0], key[1], key[2] or -1, key[3]))
+    return [dict(zip(keys, key, strict=True), n=counts[key]) for key in ordered]
+
+
+# ------------------------------------------------------------------ writing
+def first_history_day(cluster: Cluster) -> date | None:
+    found = [
+        NodeStateChange.objects.filter(node__cluster=cluster).order_by("at").first(),
+        JobStateChange.objects.filter(job__cluster=cluster).order_by("at").first(),
+    ]
+    moments = [row.at for row in found if row]
+    started = Job.objects.filter(cluster=cluster, start_at__isnull=False).order_by("start_at")
+    if first_job := started.first():
+        moments.append(first_job.start_at)
+    return min(moments).astimezone(UTC).date() if moments else None
+
+
+def roll_up(cluster: Cluster, *, since: date | None = None, until: date | None = None) -> int:
+    """Rolls the cluster's whole days [since or its mark, until or today) up; returns days."""
+    until = until or timezone.now().astimezone(UTC).date()
+    start = since or cluster.history_rolled_until or first_history_day(cluster) or until
+    days = 0
+    if start >= until and not cluster.history_rolled_until:
+        # Nothing to roll up yet; the mark says so, or no report could use the rollups.
+        Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=until)
+    while start < until:
+        end = min(start + timedelta(days=CHUNK_DAYS), until)
+        with transaction.atomic():
+            _roll_chunk(cluster, start, end)
+            Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=end)
+        days += (end - start).days
+        start = end
+    cluster.history_rolled_until = Cluster.objects.get(pk=cluster.pk).history_rolled_until
+    return days
+
+
+def clear_rollups(cluster: Cluster) -> None:
+    """Forgets the cluster's rollups (after history was written into the past)."""
+    NodeStateDay.objects.filter(node__cluster=cluster).delete()
+    JobDay.objects.filter(cluster=cluster).delete()
+    HealthEventDay.objects.filter(node__cluster=cluster).delete()
+    Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=None)
+    cluster.history_rolled_until = None
+
+
+def _roll_chunk(cluster: Cluster, first: date, end: date) -> None:
+    NodeStateDay.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
+    JobDay.objects.filter(cluster=cluster, day__gte=first, day__lt=end).delete()
+    HealthEventDay.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
+    span = Span(midnight(first), midnight(end), midnight(end), DAY)
+    days = [first + timedelta(days=index) for index in range(span.count)]
+    NodeStateDay.objects.bulk_create(_node_days(cluster, span, days), batch_size=5000)
+    JobDay.objects.bulk_create(_job_days(cluster, span, days), batch_size=5000)
+    HealthEventDay.objects.bulk_create(_event_days(cluster, span), batch_size=5000)
+
+
+def _event_days(cluster: Cluster, span: Span) -> list[HealthEventDay]:
+    rows = (
+        fault_events()
+        .filter(node__cluster=cluster, observed_at__gte=span.start, observed_at__lt=span.end)
+        .annotate(day=TruncDate("observed_at", tzinfo=UTC))
+        .values("node_id", "day", "kind", "xid", "check_name")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return [
+        HealthEventDay(
+            node_id=row["node_id"],
+            day=row["day"],
+            kind=row["kind"],
+            xid=row["xid"],
+            check_name=row["check_name"],
+            events=row["n"],
+        )
+        for row in rows
+    ]
+
+
+def _node_days(cluster: Cluster, span: Span, days: list[date]) -> list[NodeStateDay]:
+    rows = node_state_intervals(span, weight=Value(1)).filter(node__cluster=cluster)
+    sums = bucketed_sums(rows.annotate(nid=F("node_id")), span, ["nid", "status"])
+    cells: dict[tuple, list] = {}
+    for (node_id, status), seconds in sums.items():
+        for day, value in zip(days, seconds, strict=True):
+            if value > 0:
+                cells[(node_id, day, status)] = [value, 0]
+    falls = (
+        NodeStateChange.objects.filter(
+            node__cluster=cluster, at__gte=span.start, at__lt=span.end, to_status__in=FAULT_STATUSES
+        )
+        .exclude(from_status__in=FAULT_STATUSES)
+        .annotate(day=TruncDate("at", tzinfo=UTC))
+        .values("node_id", "day", "to_status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in falls:
+        cells.setdefault((row["node_id"], row["day"], row["to_status"]), [0.0, 0])[1] = row["n"]
+    return [
+        NodeStateDay(node_id=node_id, day=day, status=status, seconds=seconds, falls=count)
+        for (node_id, day, status), (seconds, count) in cells.items()
+    ]
+
+
+def _job_days(cluster: Cluster, span: Span, days: list[date]) -> list[JobDay]:
+    totals: dict[tuple, float] = {}
+    fields = ("partition", "account", "user")
+    for rows, prefix in ((job_run_intervals(span), "job__"), (job_span_intervals(span), "")):
+        rows = rows.filter(**{f"{prefix}cluster": cluster}).annotate(
+            **{f"g_{name}": Coalesce(F(prefix + name), Value("")) for name in fields}
+        )
+        groups = [f"g_{name}" for name in fields]
+        sums = bucketed_sums(rows, span, groups, "run_state = 'RUNNING'", ["run_state"])
+        for key, seconds in sums.items():
+            for day, value in zip(days, seconds, strict=True):
+                if value > 0:
+                    totals[(day, *key)] = totals.get((day, *key), 0.0) + value
+    return [
+        JobDay(
+            cluster=cluster, day=day, partition=part, account=account, user=user, gpu_seconds=value
+        )
+        for (day, part, account, user), value in totals.items()
+    ]
