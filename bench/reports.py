@@ -2,10 +2,15 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/medbay_bench_reports \\
         python bench/reports.py [--days 90] [--nodes 1024] [--jobs 50000] [--runs 3] [--fresh]
+        [--raw]
 
 The history is written once by a child process (so its memory does not count)
-and reused while its size matches. Prints {"days", "nodes", "jobs",
-"<report>_ms" (median of the runs) for every report, "peak_rss_mb", "db"}.
+and reused while its size matches; the same child then brings the daily rollups
+up to date (`rollup_history`, incremental: a no-op when they already are).
+Prints {"days", "nodes", "jobs", "<report>_ms" (median of the runs) for every
+report, "peak_rss_mb", "db", "rollup_s" (time the child spent rolling up, 0 when
+nothing was due), "node_state_days" (rollup rows), "rollups" (whether the reports
+read them)}. `--raw` times the reports from the raw rows alone, as before rollups.
 
     python bench/reports.py --accounting [--accounting-jobs 1000000] [--runs 3]
 
@@ -81,22 +86,55 @@ def generate(args) -> None:
         cursor.execute("ANALYZE")
 
 
+def roll_up_all() -> float:
+    """Brings every cluster's rollups up to today; returns the seconds it took."""
+    from django.db import connection
+
+    from clusters.models import Cluster
+    from portal.reports.rollups import roll_up
+
+    started = time.perf_counter()
+    days = sum(roll_up(cluster) for cluster in Cluster.objects.all())
+    if days:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+    took = time.perf_counter() - started
+    print(f"rolled {days} cluster-days up in {took:.1f} s", file=sys.stderr)
+    return took if days else 0.0
+
+
 def measure(args) -> dict:
     from _setup import django_setup
 
     django_setup()
     from django.db import connection
 
-    from portal.reports.catalog import REPORTS, compute
     from portal.reports.params import ReportForm
 
     form = ReportForm({"end": _today(), "start": _days_ago(args.days - 1), "group_by": "day"})
     assert form.is_valid(), form.errors
     query = form.query()
-    from clusters.models import Node
+    from django.db import transaction
+
+    from clusters.models import Cluster, Node, NodeStateDay
     from jobs.models import Job
 
     figures = {"days": args.days, "nodes": Node.objects.count(), "jobs": Job.objects.count()}
+    figures["node_state_days"] = NodeStateDay.objects.count()
+    with transaction.atomic():
+        if args.raw:  # forget the rollups for this measurement only (rolled back below)
+            Cluster.objects.update(history_rolled_until=None)
+        figures["rollups"] = not args.raw
+        _time_reports(args, query, figures)
+        transaction.set_rollback(True)
+    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    figures["db"] = connection.vendor
+    return figures
+
+
+def _time_reports(args, query, figures: dict) -> None:
+    from portal.reports.catalog import REPORTS, compute
+
     for name in REPORTS:
         timings = []
         for _ in range(args.runs):
@@ -104,9 +142,6 @@ def measure(args) -> dict:
             compute(name, query)
             timings.append((time.perf_counter() - started) * 1000)
         figures[f"{name}_ms"] = round(statistics.median(timings), 1)
-    figures["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    figures["db"] = connection.vendor
-    return figures
 
 
 def _today() -> str:
@@ -178,6 +213,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fresh", action="store_true", help="rewrite the history")
+    parser.add_argument("--raw", action="store_true", help="time the reports without rollups")
     parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--accounting", action="store_true", help="the accounting import")
     parser.add_argument("--accounting-jobs", type=int, default=1_000_000)
@@ -193,11 +229,13 @@ def main() -> None:
         return
     if args.generate_only:
         generate(args)
+        print(json.dumps({"rollup_s": round(roll_up_all(), 1)}))
         return
     ensure_database(os.environ["DATABASE_URL"])
     child = [sys.executable, __file__, "--generate-only", *sys.argv[1:]]
-    subprocess.run(child, check=True)
-    print(json.dumps(measure(args)))
+    done = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True)
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps({**measure(args), **figures}))
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from portal.reports.intervals import (
 )
 
 DAY = timedelta(days=1)
-CHUNK_DAYS = 31  # days rolled up per query: bounds memory (nodes x statuses x days floats)
+CHUNK_DAYS = 7  # days rolled up per query: bounds memory (a row per node, status and day)
 
 
 def midnight(day: date) -> datetime:
