@@ -38,7 +38,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from clusters.models import Cluster, Node, NodeStateChange
 from health.models import HealthEvent
 from jobs.models import JobStateChange
-from portal.reports.rollups import midnight
+from portal.reports.rollups import clusters_with_nodes, midnight
 
 BATCH = 5000
 
@@ -61,7 +61,7 @@ def prune(cutoff: datetime, *, dry_run: bool = False, batch: int = BATCH) -> Pru
     after that is deleted from any cluster; a cluster not rolled up yet stops it all.
     """
     result = Pruned()
-    clusters = list(Cluster.objects.filter(nodes__isnull=False).distinct().order_by("name"))
+    clusters = list(clusters_with_nodes().order_by("name"))
     result.skipped = [cluster.name for cluster in clusters if cluster.history_rolled_until is None]
     if result.skipped or not clusters:
         return result

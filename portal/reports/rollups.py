@@ -29,11 +29,11 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import transaction
-from django.db.models import Count, F, FloatField, Q, QuerySet, Sum, Value
+from django.db.models import Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Floor, TruncDate
 from django.utils import timezone
 
-from clusters.models import Cluster, NodeStateChange, NodeStateDay
+from clusters.models import Cluster, Node, NodeStateChange, NodeStateDay
 from health.models import CheckStatus, EventKind, HealthEvent, HealthEventDay
 from jobs.models import Job, JobDay, JobStateChange
 from portal.reports.base import FAULT_STATUSES
@@ -60,14 +60,15 @@ def rollup_edge(span: Span) -> datetime | None:
     """Where the rollups end for this span: whole days before it come from them; or None."""
     if span.start.timestamp() % 86400 or span.bucket_seconds % 86400:
         return None  # the report's days are not UTC days
-    marks = Cluster.objects.filter(nodes__isnull=False).values_list(
-        "history_rolled_until", flat=True
-    )
-    marks = set(marks)
+    marks = set(clusters_with_nodes().values_list("history_rolled_until", flat=True))
     if not marks or None in marks:
         return None
     edge = min(midnight(min(marks)), span.data_end)
     return edge if edge > span.start else None
+
+
+def clusters_with_nodes() -> QuerySet:
+    return Cluster.objects.filter(Exists(Node.objects.filter(cluster=OuterRef("pk"))))
 
 
 def _day_index(span: Span):
