@@ -539,11 +539,12 @@ def _write_accounting(cluster: Cluster) -> int:
 
 def _forget_rollups(cluster: Cluster) -> None:
     """History written into the past makes the cluster's daily rollups stale."""
-    from clusters.models import NodeStateDay
+    from clusters.models import NodeDayTotal, NodeStateDay
     from health.models import HealthEventDay
     from jobs.models import JobDay
 
-    NodeStateDay.objects.filter(node__cluster=cluster).delete()
+    NodeStateDay.objects.filter(cluster=cluster).delete()
+    NodeDayTotal.objects.filter(node__cluster=cluster).delete()
     JobDay.objects.filter(cluster=cluster).delete()
     HealthEventDay.objects.filter(node__cluster=cluster).delete()
     Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=None)

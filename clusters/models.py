@@ -204,20 +204,46 @@ class NodeStateChange(models.Model):
 
 
 class NodeStateDay(models.Model):
-    """Rollup of NodeStateChange: seconds a node spent in a status on one UTC day."""
+    """Rollup of NodeStateChange: node-seconds in a status on one UTC day, per kind of node.
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_days")
+    Nodes are counted under the GPU count, partitions and pool they had when the
+    day was rolled up (just after it ended), so a later move leaves their past alone.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     status = models.CharField(max_length=16, choices=NodeStatus.choices)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    partition_names = models.CharField(max_length=255, blank=True)
+    pool_kind = models.CharField(max_length=16, blank=True)
     seconds = models.FloatField(default=0.0)
-    # Changes into this status (down or fail) from a status that was not a fault.
+
+    class Meta:
+        indexes = [models.Index(fields=["day"], name="clusters_nsd_day")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.status} x{self.gpu_count}: {self.seconds:.0f} s"
+
+
+class NodeDayTotal(models.Model):
+    """Running totals of one node's history through the end of a UTC day (a rollup).
+
+    A range's figures for the node are two rows apart: through its last day minus
+    through the day before it starts.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    installed_s = models.FloatField(default=0.0)
+    # Seconds out of service (portal/reports/base.py OUT_OF_SERVICE).
+    down_s = models.FloatField(default=0.0)
+    # Changes into down or fail from a status that was not a fault.
     falls = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["node", "day", "status"], name="clusters_nsd_unique"),
+            models.UniqueConstraint(fields=["day", "node"], name="clusters_ndt_day_node"),
         ]
-        indexes = [models.Index(fields=["day"], name="clusters_nsd_day")]
 
     def __str__(self) -> str:
-        return f"{self.node_id} {self.day} {self.status}: {self.seconds:.0f} s"
+        return f"{self.node_id} through {self.day}: {self.installed_s:.0f} s"

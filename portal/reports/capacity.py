@@ -27,10 +27,17 @@ from portal.reports.intervals import (
     Span,
     bucketed_and_per_node,
     bucketed_sums,
+    node_state_intervals,
     summed,
 )
 from portal.reports.params import ReportQuery
-from portal.reports.rollups import falls_per_node, job_sources, node_intervals
+from portal.reports.rollups import (
+    falls_per_node,
+    fleet_seconds,
+    job_sources,
+    node_sources,
+    node_totals,
+)
 
 TOP = 10
 NODE_GROUPS = {"partition": "node__partition_names", "pool": "node__pool__kind"}
@@ -40,16 +47,43 @@ JOB_GROUPS = {"partition": "partition", "pool": "partition", "account": "account
 # ------------------------------------------------------------------ shared sums
 def node_seconds(span: Span, group: str) -> dict[tuple[str, str], list[float]]:
     """GPU-seconds per bucket for each (group, node status)."""
-    sums = bucketed_sums(node_intervals(span).annotate(g=_node_key(group)), span, ["g", "status"])
-    return _merge_groups(sums, group)
+    raw, edge = node_sources(span)
+    sums = bucketed_sums(
+        node_state_intervals(raw).annotate(g=_node_key(group)), span, ["g", "status"]
+    )
+    return _merge_groups(_with(sums, fleet_seconds(span, edge, group)), group)
 
 
 def node_seconds_and_hours(span: Span, group: str) -> tuple[dict, list[dict]]:
     """`node_seconds` and `node_hours` (every node, most downtime first) from one scan."""
-    rows = node_intervals(span).annotate(g=_node_key(group), node_name=F("node__name"))
+    raw, edge = node_sources(span)
+    rows = node_state_intervals(raw).annotate(g=_node_key(group), node_name=F("node__name"))
     sums, nodes = bucketed_and_per_node(rows, span, ["g", "status"], _node_sums())
+    nodes = _ranked(_with_totals(nodes, node_totals(span, edge)))
+    return _merge_groups(_with(sums, fleet_seconds(span, edge, group)), group), nodes
+
+
+def _with(sums: dict, more: dict) -> dict:
+    for key, values in more.items():
+        _add(sums, key, values)
+    return sums
+
+
+def _with_totals(nodes: list[dict], totals: dict[str, dict]) -> list[dict]:
+    """Per-node sums from raw rows plus those over the rolled-up days (node_totals)."""
+    merged = {row["node_name"]: dict(row) for row in nodes}
+    for name, entry in totals.items():
+        row = merged.setdefault(
+            name, {"node_name": name, "down_s": 0.0, "installed_s": 0.0, "gpu_up_s": 0.0}
+        )
+        for key in ("down_s", "installed_s", "gpu_up_s"):
+            row[key] = (row[key] or 0.0) + entry[key]
+    return [row for row in merged.values() if row["installed_s"] > 0]
+
+
+def _ranked(nodes: list[dict], limit: int | None = None) -> list[dict]:
     nodes.sort(key=lambda row: (-(row["down_s"] or 0.0), row["node_name"]))
-    return _merge_groups(sums, group), nodes
+    return nodes if limit is None else nodes[:limit]
 
 
 def _node_key(group: str):
@@ -254,16 +288,16 @@ def availability(query: ReportQuery) -> Report:
 
 def node_hours(span: Span, *, limit: int | None = None) -> list[dict]:
     """Per node: seconds down (out of service) and installed, most downtime first."""
-    rows = node_intervals(span).annotate(node_name=F("node__name"))
-    return summed(
+    raw, edge = node_sources(span)
+    rows = node_state_intervals(raw).annotate(node_name=F("node__name"))
+    nodes = summed(
         rows,
         ["node_name", "status", "w", "s_off", "e_off"],
         ["node_name"],
         _node_sums(),
         where="e_off > s_off",
-        order_by="down_s DESC, node_name",
-        limit=limit,
     )
+    return _ranked(_with_totals(nodes, node_totals(span, edge)), limit)
 
 
 def _node_sums() -> dict[str, str]:

@@ -33,13 +33,12 @@ from django.db.models import Count, Exists, F, FloatField, OuterRef, Q, QuerySet
 from django.db.models.functions import Coalesce, Floor, TruncDate
 from django.utils import timezone
 
-from clusters.models import Cluster, Node, NodeStateChange, NodeStateDay
+from clusters.models import Cluster, Node, NodeDayTotal, NodeStateChange, NodeStateDay
 from health.models import CheckStatus, EventKind, HealthEvent, HealthEventDay
 from jobs.models import Job, JobDay, JobStateChange
-from portal.reports.base import FAULT_STATUSES
+from portal.reports.base import FAULT_STATUSES, OUT_OF_SERVICE
 from portal.reports.intervals import (
     Epoch,
-    Intervals,
     Span,
     bucketed_sums,
     job_run_intervals,
@@ -81,21 +80,51 @@ def _days(queryset: QuerySet, span: Span, edge: datetime) -> QuerySet:
     return queryset.filter(day__gte=first, day__lt=edge.astimezone(UTC).date())
 
 
-def node_intervals(span: Span) -> QuerySet | Intervals:
-    """`node_state_intervals`, with whole days before the rollup edge read from the rollup.
-
-    A rollup row stands for an interval of `seconds` inside one bucket
-    (s_off = 0, e_off = seconds, k_start = k_end = its bucket): every sum the
-    reports take of intervals gives the same for it.
-    """
+def node_sources(span: Span) -> tuple[Span, datetime | None]:
+    """The span to read raw node rows for (from the rollup edge on), and the edge."""
     edge = rollup_edge(span)
+    return span.after(edge), edge
+
+
+def fleet_seconds(span: Span, edge: datetime | None, group: str) -> dict[tuple, list[float]]:
+    """GPU-seconds per bucket for each (group value, status) from the rolled-up days."""
     if edge is None:
-        return node_state_intervals(span)
-    k = _day_index(span)
-    days = _days(NodeStateDay.objects.all(), span, edge).annotate(
-        w=F("node__gpu_count"), s_off=Value(0.0), e_off=F("seconds"), k_start=k, k_end=k
+        return {}
+    key = {"partition": F("partition_names"), "pool": F("pool_kind")}.get(group, Value(""))
+    rows = (
+        _days(NodeStateDay.objects.all(), span, edge)
+        .annotate(g=key, k=_day_index(span), gpu_s=F("gpu_count") * F("seconds"))
+        .values("g", "status", "k")
+        .annotate(total=Sum("gpu_s"))
+        .order_by()
     )
-    return Intervals(days, node_state_intervals(span.after(edge)))
+    sums: dict[tuple, list[float]] = {}
+    for row in rows:
+        values = sums.setdefault((row["g"], row["status"]), [0.0] * span.count)
+        values[int(row["k"])] += row["total"] or 0.0
+    return sums
+
+
+def node_totals(span: Span, edge: datetime | None) -> dict[str, dict]:
+    """Per node name: down_s, installed_s, gpu_up_s and falls over the rolled-up days."""
+    if edge is None:
+        return {}
+    first = span.start.astimezone(UTC).date() - DAY
+    last = edge.astimezone(UTC).date() - DAY
+    rows = NodeDayTotal.objects.filter(day__in=[first, last]).values_list(
+        "node__name", "node__gpu_count", "day", "installed_s", "down_s", "falls"
+    )
+    totals: dict[str, dict] = {}
+    for name, gpus, day, installed, down, falls in rows:
+        sign = 1 if day == last else -1
+        entry = totals.setdefault(
+            name, {"down_s": 0.0, "installed_s": 0.0, "gpu_up_s": 0.0, "falls": 0}
+        )
+        entry["down_s"] += sign * down
+        entry["installed_s"] += sign * installed
+        entry["gpu_up_s"] += sign * gpus * (installed - down)
+        entry["falls"] += sign * falls
+    return totals
 
 
 def job_sources(span: Span) -> list[tuple[QuerySet, str]]:
@@ -119,11 +148,10 @@ def job_sources(span: Span) -> list[tuple[QuerySet, str]]:
 
 def falls_per_node(span: Span) -> dict[str, int]:
     """Changes into down/fail from a status that was not a fault, per node name."""
-    edge = rollup_edge(span)
-    start = edge or span.start
+    raw, edge = node_sources(span)
     changes = (
         NodeStateChange.objects.filter(
-            at__gte=start, at__lt=span.data_end, to_status__in=FAULT_STATUSES
+            at__gte=raw.raw_start, at__lt=span.data_end, to_status__in=FAULT_STATUSES
         )
         .exclude(from_status__in=FAULT_STATUSES)
         .values("node__name")
@@ -131,10 +159,9 @@ def falls_per_node(span: Span) -> dict[str, int]:
         .order_by()
     )
     counts = {row["node__name"]: row["n"] for row in changes}
-    if edge is not None:
-        days = _days(NodeStateDay.objects.filter(falls__gt=0), span, edge)
-        for row in days.values("node__name").annotate(n=Sum("falls")).order_by():
-            counts[row["node__name"]] = counts.get(row["node__name"], 0) + row["n"]
+    for name, entry in node_totals(span, edge).items():
+        if entry["falls"]:
+            counts[name] = counts.get(name, 0) + entry["falls"]
     return counts
 
 
@@ -181,7 +208,9 @@ def first_history_day(cluster: Cluster) -> date | None:
 def roll_up(cluster: Cluster, *, since: date | None = None, until: date | None = None) -> int:
     """Rolls the cluster's whole days [since or its mark, until or today) up; returns days."""
     until = until or timezone.now().astimezone(UTC).date()
-    start = since or cluster.history_rolled_until or first_history_day(cluster) or until
+    mark = cluster.history_rolled_until or first_history_day(cluster) or until
+    # Running totals carry on from the day before: never start after the mark.
+    start = min(since, mark) if since else mark
     days = 0
     if start >= until and not cluster.history_rolled_until:
         # Nothing to roll up yet; the mark says so, or no report could use the rollups.
@@ -199,7 +228,8 @@ def roll_up(cluster: Cluster, *, since: date | None = None, until: date | None =
 
 def clear_rollups(cluster: Cluster) -> None:
     """Forgets the cluster's rollups (after history was written into the past)."""
-    NodeStateDay.objects.filter(node__cluster=cluster).delete()
+    NodeStateDay.objects.filter(cluster=cluster).delete()
+    NodeDayTotal.objects.filter(node__cluster=cluster).delete()
     JobDay.objects.filter(cluster=cluster).delete()
     HealthEventDay.objects.filter(node__cluster=cluster).delete()
     Cluster.objects.filter(pk=cluster.pk).update(history_rolled_until=None)
@@ -207,12 +237,13 @@ def clear_rollups(cluster: Cluster) -> None:
 
 
 def _roll_chunk(cluster: Cluster, first: date, end: date) -> None:
-    NodeStateDay.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
+    NodeStateDay.objects.filter(cluster=cluster, day__gte=first, day__lt=end).delete()
+    NodeDayTotal.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
     JobDay.objects.filter(cluster=cluster, day__gte=first, day__lt=end).delete()
     HealthEventDay.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
     span = Span(midnight(first), midnight(end), midnight(end), DAY)
     days = [first + timedelta(days=index) for index in range(span.count)]
-    NodeStateDay.objects.bulk_create(_node_days(cluster, span, days), batch_size=5000)
+    _node_days(cluster, span, days)
     JobDay.objects.bulk_create(_job_days(cluster, span, days), batch_size=5000)
     HealthEventDay.objects.bulk_create(_event_days(cluster, span), batch_size=5000)
 
@@ -239,30 +270,69 @@ def _event_days(cluster: Cluster, span: Span) -> list[HealthEventDay]:
     ]
 
 
-def _node_days(cluster: Cluster, span: Span, days: list[date]) -> list[NodeStateDay]:
+def _node_days(cluster: Cluster, span: Span, days: list[date]) -> None:
     rows = node_state_intervals(span, weight=Value(1)).filter(node__cluster=cluster)
     sums = bucketed_sums(rows.annotate(nid=F("node_id")), span, ["nid", "status"])
-    cells: dict[tuple, list] = {}
+    kinds = {
+        pk: (gpus, partitions or "", pool or "")
+        for pk, gpus, partitions, pool in cluster.nodes.values_list(
+            "pk", "gpu_count", "partition_names", "pool__kind"
+        )
+    }
+    fleet: dict[tuple, float] = {}
+    daily: dict[tuple, list] = {}  # (node, day index) -> [installed, down, falls]
     for (node_id, status), seconds in sums.items():
-        for day, value in zip(days, seconds, strict=True):
+        for index, value in enumerate(seconds):
             if value > 0:
-                cells[(node_id, day, status)] = [value, 0]
-    falls = (
+                key = (index, status, *kinds[node_id])
+                fleet[key] = fleet.get(key, 0.0) + value
+                cell = daily.setdefault((node_id, index), [0.0, 0.0, 0])
+                cell[0] += value
+                cell[1] += value if status in OUT_OF_SERVICE else 0.0
+    for row in _falls(cluster, span):
+        index = (row["day"] - days[0]).days
+        daily.setdefault((row["node_id"], index), [0.0, 0.0, 0])[2] += row["n"]
+    NodeStateDay.objects.bulk_create(
+        (
+            NodeStateDay(cluster=cluster, day=days[index], status=status, gpu_count=gpus,
+                         partition_names=partitions, pool_kind=pool, seconds=seconds)
+            for (index, status, gpus, partitions, pool), seconds in fleet.items()
+        ),
+        batch_size=5000,
+    )  # fmt: skip
+    NodeDayTotal.objects.bulk_create(_running_totals(cluster, days, daily), batch_size=5000)
+
+
+def _falls(cluster: Cluster, span: Span):
+    return (
         NodeStateChange.objects.filter(
             node__cluster=cluster, at__gte=span.start, at__lt=span.end, to_status__in=FAULT_STATUSES
         )
         .exclude(from_status__in=FAULT_STATUSES)
         .annotate(day=TruncDate("at", tzinfo=UTC))
-        .values("node_id", "day", "to_status")
+        .values("node_id", "day")
         .annotate(n=Count("id"))
         .order_by()
     )
-    for row in falls:
-        cells.setdefault((row["node_id"], row["day"], row["to_status"]), [0.0, 0])[1] = row["n"]
-    return [
-        NodeStateDay(node_id=node_id, day=day, status=status, seconds=seconds, falls=count)
-        for (node_id, day, status), (seconds, count) in cells.items()
-    ]
+
+
+def _running_totals(cluster: Cluster, days: list[date], daily: dict):
+    """A row per node and day from the node's first history on: totals through that day."""
+    before = NodeDayTotal.objects.filter(node__cluster=cluster, day=days[0] - DAY)
+    running = {row.node_id: [row.installed_s, row.down_s, row.falls] for row in before}
+    for node_id, _ in daily:
+        running.setdefault(node_id, [0.0, 0.0, 0])
+    for index, day in enumerate(days):
+        for node_id, total in running.items():
+            if cell := daily.get((node_id, index)):
+                total[0] += cell[0]
+                total[1] += cell[1]
+                total[2] += cell[2]
+            if not any(total):
+                continue  # no history yet: a missing row reads as zeros
+            yield NodeDayTotal(
+                node_id=node_id, day=day, installed_s=total[0], down_s=total[1], falls=total[2]
+            )
 
 
 def _job_days(cluster: Cluster, span: Span, days: list[date]) -> list[JobDay]:

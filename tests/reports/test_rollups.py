@@ -85,9 +85,8 @@ def test_the_reports_give_the_same_figures_from_rollups_as_from_raw_rows(week):
 
     raw = figures()
     assert roll_up(week, until=date(2026, 1, 4)) > 0  # three days rolled up, the rest raw
-    assert (
-        NodeStateDay.objects.filter(day=date(2026, 1, 2), status="down").get().seconds == 3 * 3600
-    )
+    down = NodeStateDay.objects.get(day=date(2026, 1, 2), status="down")
+    assert round(down.seconds, 2) == 3 * 3600
     assert figures() == raw
     call_command("rollup_history")  # every whole day up to today
     week.refresh_from_db()
@@ -96,32 +95,58 @@ def test_the_reports_give_the_same_figures_from_rollups_as_from_raw_rows(week):
     assert figures() == raw
 
 
+def rollup_rows() -> list:
+    from clusters.models import NodeDayTotal, NodeStateDay
+
+    fleet = NodeStateDay.objects.values_list("day", "status", "gpu_count", "pool_kind", "seconds")
+    nodes = NodeDayTotal.objects.values_list("node__name", "day", "installed_s", "down_s", "falls")
+    return sorted(fleet) + sorted(nodes)
+
+
 def test_rolling_a_day_up_twice_writes_the_same_rows(week):
-    from clusters.models import NodeStateDay
     from portal.reports.rollups import roll_up
 
     roll_up(week, until=date(2026, 1, 8))
-    first = sorted(NodeStateDay.objects.values_list("node__name", "day", "status", "seconds"))
-    roll_up(week, since=date(2026, 1, 1), until=date(2026, 1, 8))
-    assert sorted(NodeStateDay.objects.values_list("node__name", "day", "status", "seconds")) == (
-        first
+    first = rollup_rows()
+    roll_up(week, since=date(2026, 1, 3), until=date(2026, 1, 8))
+    assert rollup_rows() == first
+    roll_up(week, since=date(2025, 12, 1), until=date(2026, 1, 8))
+    assert rollup_rows() == first
+
+
+def test_the_rollups_hold_seconds_per_status_and_each_nodes_running_totals(week):
+    from clusters.models import NodeDayTotal, NodeStateDay
+    from portal.reports.rollups import roll_up
+
+    roll_up(week, until=date(2026, 1, 8))
+    # SQLite's julianday() arithmetic is exact to ~0.1 ms.
+    fail = NodeStateDay.objects.get(day=date(2026, 1, 3), status="fail")
+    assert (round(fail.seconds, 2), fail.gpu_count, fail.pool_kind) == (5400.0, 8, "training")
+    # n2: allocated until 50 h, fail 50-51.5 h, drained from 51.5 h: through Jan 3 (72 h).
+    total = NodeDayTotal.objects.get(node__name="n2", day=date(2026, 1, 3))
+    assert (round(total.installed_s, 2), round(total.down_s, 2), total.falls) == (
+        72 * 3600.0,
+        22 * 3600.0,
+        1,
     )
 
 
-def test_a_node_day_rollup_holds_the_seconds_in_each_status_and_the_falls(week):
-    from clusters.models import NodeStateDay
+def test_a_node_moved_after_its_days_were_rolled_up_keeps_its_past_in_its_old_pool(week):
+    from clusters.models import Node
+    from portal.reports.catalog import compute
+    from portal.reports.params import ReportQuery
     from portal.reports.rollups import roll_up
 
-    roll_up(week, until=date(2026, 1, 8))
-    day3 = {
-        # SQLite's julianday() arithmetic is exact to ~0.1 ms.
-        status: (round(seconds, 2), falls)
-        for status, seconds, falls in NodeStateDay.objects.filter(
-            node__name="n2", day=date(2026, 1, 3)
-        ).values_list("status", "seconds", "falls")
-    }
-    # n2: allocated until 50 h, fail 50-51.5 h, drained from 51.5 h (day 3 is 48-72 h).
-    assert day3 == {"allocated": (7200.0, 0), "fail": (5400.0, 1), "drained": (73800.0, 0)}
+    query = ReportQuery(date(2026, 1, 1), date(2026, 1, 7), "day", "")
+    availability = compute("availability", query).summary
+    roll_up(week)
+    Node.objects.filter(name="n1").update(pool=Node.objects.get(name="n4").pool)
+    share = compute("training_share", query)
+    # n1's 3 hours down on Jan 2 count under its pool of the time, training (read from the
+    # raw rows they would move to inference): inference is n4's 4 GPUs all day.
+    day = {row["bucket"]: row for row in share.table().rows}["2026-01-02"]
+    assert day["inference_gpu_h"] == 4 * 24
+    assert compute("availability", query).summary == availability
 
 
 def test_history_written_into_the_past_forgets_the_rollups(week):
