@@ -315,11 +315,17 @@ def node_state_intervals(span: Span, weight=None) -> QuerySet:
         "-at", "-id"
     )
     seeds = Node.objects.annotate(seed=Subquery(last_before.values("id")[:1])).values("seed")
-    # One IN over a UNION, not an OR of two: with the OR, PostgreSQL walks the whole
-    # (node, at, id) index to read a day of rows (16 s over a year of 12,500 nodes).
     inside = NodeStateChange.objects.filter(at__gte=start, at__lt=span.data_end)
-    ids = inside.order_by().values("id").union(seeds.order_by(), all=True)
-    rows = NodeStateChange.objects.filter(id__in=ids)
+    if span.data_from:
+        # The days after the rollups: one IN over a UNION, as an OR makes PostgreSQL walk
+        # the whole (node, at, id) index for a day of rows (16 s over a year of 12,500
+        # nodes). Over months of rows the OR is the faster (the IN took 97 s, not 20 s).
+        ids = inside.order_by().values("id").union(seeds.order_by(), all=True)
+        rows = NodeStateChange.objects.filter(id__in=ids)
+    else:
+        rows = NodeStateChange.objects.filter(
+            Q(at__gte=start, at__lt=span.data_end) | Q(id__in=seeds)
+        )
     following = Window(Lead("at"), partition_by=[F("node_id")], order_by=[F("at"), F("id")])
     rows = rows.annotate(
         w=F("node__gpu_count") if weight is None else weight,

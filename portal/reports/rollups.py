@@ -1,27 +1,34 @@
-"""Daily rollups of node and job history, so a year of reports need not replay the raw rows.
+"""Daily rollups of node, job and fault history, so a year of reports need not replay raw rows.
 
-Design: a rollup row holds what the reports sum over one whole UTC day
-(`clusters.NodeStateDay`: a node's seconds in each status and its falls into
-down/fail; `jobs.JobDay`: allocated GPU-seconds per partition, account and user;
-`health.HealthEventDay`: fault events per node, kind, XID and check).
-They are computed by the same interval queries the reports run over raw rows
-(intervals.py), one chunk of days at a time, so the two cannot disagree.
+What is rolled up, per whole UTC day:
+- `clusters.NodeStateDay`: node-seconds per status and kind of node (GPU count,
+  partitions, pool): the utilization, availability and training-share charts;
+- `clusters.NodeDayTotal`: each node's running totals (seconds installed, out of
+  service, falls into down/fail) through the day, so any range's per-node figures
+  (downtime table, in-service hours for MTBF, lemons and failures) are two rows
+  apart whatever its length;
+- `jobs.JobDay`: allocated GPU-seconds per partition, account and user;
+- `health.HealthEventDay`: fault events per node, kind, XID and check.
+They are computed by the interval queries the reports run over raw rows
+(intervals.py), a week of days at a time, so the two agree.
 
 `roll_up(cluster)` (the `rollup_history` command, run daily by
 deploy/systemd/medbay-history.timer) writes every whole day from the cluster's
 mark (`Cluster.history_rolled_until`, or its first history row) up to today and
-moves the mark; a chunk's rows are deleted and rewritten in one transaction, so
-re-running it is harmless and `--since` recomputes days that changed. Today is
-never rolled up: the sync only appends rows at the present, so a whole day in the
-past does not change again. Whoever writes history into the past (the history
-generator) clears the cluster's rollups.
+moves the mark; a week's rows are deleted and rewritten in one transaction, so
+re-running it is harmless and `--since` recomputes days whose raw rows changed.
+Today is never rolled up: the sync only appends rows at the present, so a whole
+day in the past does not change again. Whoever writes history into the past (the
+history generator) clears the cluster's rollups.
 
 A report reads whole days before the edge (the earliest mark of all clusters)
-from the rollups and only the rest from raw rows. Node weights (GPU count) and
-groups (partition, pool) are joined at read time, so the figures are those the raw
-rows give. Rollup days are UTC days, so they are used only when the report's
-buckets start at UTC midnight (TIME_ZONE=UTC, the default); otherwise the
-reports read raw rows as before.
+from the rollups and only the rest from raw rows. The figures are those of the
+raw rows with one deliberate difference: a rolled-up day counts each node under
+the GPU count, partition and pool it had when the day was rolled up, where the
+raw rows count a node's whole past under what it has now; so moving a node to
+inference does not move its past training days. Rollup days are UTC days, so
+they are used only when the report's buckets start at UTC midnight (TIME_ZONE=UTC,
+the default); otherwise the reports read raw rows as before.
 """
 
 from __future__ import annotations
