@@ -20,6 +20,13 @@ productive = running time - lost progress - detection - grace - restore, and
 ETTR = productive / wall clock. A job that never reported progress has no
 checkpoint or first report to go by: its lost progress is counted as the whole
 attempt before the stop and its restore as zero, and both are named estimates.
+
+Jobs Medbay never saw (from before it was installed, or never synced) have only
+Slurm's accounting: one record per attempt, the earlier ones ending REQUEUED. Their
+attempts give the running time and the queue wait after each requeue exactly;
+everything else is as for a job without progress reports: each requeued attempt is
+lost progress (it holds the detection and checkpoint grace too, which no record
+separates), and restore is zero, both named estimates.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
-from jobs.models import Job, JobProgress, JobStateChange
+from jobs.models import AccountingJob, Job, JobProgress, JobState, JobStateChange
 from jobs.timeline import (
     MATCH_SLACK,
     Facts,
@@ -57,11 +64,12 @@ CAUSES = (
 class JobEttr:
     """One job's wall clock split into productive time and badput by cause (seconds)."""
 
-    job: Job
+    job: Job  # for a job known only from Slurm's accounting, an unsaved Job built from it
     wall_s: float
     running_s: float
     badput: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
     estimated: set[str] = field(default_factory=set)
+    source: str = "medbay"  # or "accounting"
 
     @property
     def productive_s(self) -> float:
@@ -229,3 +237,74 @@ def _runs_by_job(jobs) -> dict[int, list[Remediation]]:
                     own.effects = mine
                     by_job[job.pk].append(own)
     return by_job
+
+
+def accounting_ettr(attempts: list[AccountingJob]) -> JobEttr | None:
+    """ETTR of one job known only from Slurm's accounting: ATTEMPTS in submit order, each
+    but the last ending REQUEUED. None if the job never ran."""
+    ran = [attempt for attempt in attempts if attempt.start_at is not None]
+    if not ran:
+        return None
+    last = attempts[-1]
+    job = Job(
+        cluster_id=last.cluster_id,
+        slurm_id=last.slurm_id,
+        name=last.name,
+        user=last.user,
+        account=last.account,
+        partition=last.partition,
+        gpus=max(attempt.gpus for attempt in attempts),
+        state=last.state,
+        restart_count=len(attempts) - 1,
+        submit_at=attempts[0].submit_at,
+        start_at=ran[-1].start_at,
+        end_at=last.end_at,
+    )
+    result = JobEttr(
+        job,
+        _seconds(ran[0].start_at, last.end_at),
+        sum(_seconds(attempt.start_at, attempt.end_at) for attempt in ran),
+        source="accounting",
+    )
+    for requeued, after in zip(attempts, attempts[1:], strict=False):
+        result.badput["lost_progress"] += _seconds(requeued.start_at, requeued.end_at)
+        result.badput["queue_after_requeue"] += _seconds(requeued.end_at, after.start_at)
+    if len(attempts) > 1:
+        result.estimated |= {"lost_progress", "restore"}
+    return result
+
+
+def restarted_accounting_jobs(start: datetime, end: datetime) -> list[JobEttr]:
+    """ETTR of each requeued job Medbay has only accounting records of, that ended in
+    [START, END): its final attempt and the REQUEUED attempts just before it, in two
+    queries. Jobs that never restarted are summed by the report in SQL instead."""
+    finals = list(
+        AccountingJob.objects.filter(
+            job__isnull=True, restarts__gt=0, end_at__gte=start, end_at__lt=end
+        )
+        .exclude(state=JobState.REQUEUED)
+        .order_by("cluster_id", "slurm_id", "submit_at")
+    )
+    if not finals:
+        return []
+    earlier: dict[tuple[int, int], list[AccountingJob]] = defaultdict(list)
+    requeued = AccountingJob.objects.filter(
+        state=JobState.REQUEUED,
+        slurm_id__in={final.slurm_id for final in finals},
+        submit_at__lt=max(final.submit_at for final in finals),
+    ).order_by("submit_at", "id")
+    for attempt in requeued:
+        earlier[(attempt.cluster_id, attempt.slurm_id)].append(attempt)
+    results = []
+    for final in finals:
+        before = [
+            attempt
+            for attempt in earlier[(final.cluster_id, final.slurm_id)]
+            if attempt.submit_at < final.submit_at
+        ]
+        # The unbroken run of requeues just before it: a reused id's older job is not this one.
+        attempts = [*before[max(0, len(before) - final.restarts) :], final]
+        measured = accounting_ettr(attempts)
+        if measured is not None:
+            results.append(measured)
+    return results

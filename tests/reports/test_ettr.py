@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from tests.reports.conftest import RANGE, at
@@ -98,9 +100,13 @@ def test_a_job_without_progress_reports_says_which_terms_are_estimates(manager_c
     assert job["estimates"] == "lost progress, restore"
 
 
-def test_a_job_that_never_restarted_has_an_ettr_of_100(manager_client, stories):
-    _, jobs, _ = report(manager_client)
-    assert jobs[102]["ettr_pct"] == 100.0
+def test_a_job_that_never_restarted_counts_whole_in_its_account_not_among_the_lossy(
+    manager_client, stories
+):
+    _, jobs, accounts = report(manager_client)
+    assert 102 not in jobs  # it lost nothing: the table lists the jobs that lost time
+    assert set(jobs) == {100, 101}
+    assert accounts["llm"]["jobs"] == 2  # 100 and 102, 102 productive throughout
 
 
 def test_accounts_and_the_cluster_weigh_jobs_by_gpus(manager_client, stories):
@@ -143,3 +149,91 @@ def test_the_report_reads_a_fixed_number_of_queries_however_many_jobs(history, s
             submit_at=at(0.5), start_at=at(2.5), end_at=at(4), restart_count=1, state="COMPLETED",
         )  # fmt: skip
     assert queries() == before
+
+
+def attempt(history_cluster, slurm_id, state, submit, start, end, *, gpus=4, restarts=0, **more):
+    from jobs.models import AccountingJob
+
+    more.setdefault("account", "vision")
+    return AccountingJob.objects.create(
+        cluster=history_cluster, slurm_id=slurm_id, state=state, submit_at=at(submit),
+        start_at=at(start) if start is not None else None, end_at=at(end), gpus=gpus,
+        elapsed_s=round((end - start) * 3600) if start is not None else 0, restarts=restarts,
+        user="carol", partition="train", **more,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def before_medbay(history, stories):
+    """Jobs Medbay never saw, from Slurm's accounting alone (account vision, 4 GPUs):
+    300 ran 01:00-02:00, was requeued, waited until 02:30 and ran to 04:00;
+    301 ran 01:00-03:00 once. And job 100's own accounting, which Medbay already tells."""
+    from clusters.models import Cluster
+    from jobs.models import Job
+
+    cluster = Cluster.objects.get(name="hist")
+    attempt(cluster, 300, "REQUEUED", 0.5, 1, 2)
+    attempt(cluster, 300, "COMPLETED", 2, 2.5, 4, restarts=1)
+    attempt(cluster, 301, "COMPLETED", 0.5, 1, 3)
+    hundred = Job.objects.get(slurm_id=100)
+    attempt(cluster, 100, "REQUEUED", 0.5, 1, 3, gpus=8, account="llm", job=hundred)
+    attempt(cluster, 100, "COMPLETED", 3, 3 + 40 / 60, 6, gpus=8, account="llm", job=hundred,
+            restarts=1)  # fmt: skip
+
+
+def test_a_requeued_job_known_only_from_accounting_has_its_ettr_with_estimates(
+    manager_client, before_medbay
+):
+    _, jobs, _ = report(manager_client)
+    job = jobs[300]
+    assert job["source"] == "Slurm accounting"
+    assert (job["restarts"], job["gpus"], job["wall_h"]) == (1, 4, 3.0)
+    # 4 GPUs x: the requeued hour lost, half an hour queued; 1.5 of 3 hours productive.
+    assert job["lost_progress_gpu_h"] == 4.0
+    assert job["queue_after_requeue_gpu_h"] == 2.0
+    assert job["productive_gpu_h"] == 6.0
+    assert job["ettr_pct"] == 50.0
+    assert job["estimates"] == "lost progress, restore"
+    assert jobs[100]["source"] == "Medbay"
+
+
+def test_accounting_jobs_count_in_their_account_and_medbays_jobs_count_once(
+    manager_client, before_medbay
+):
+    body, jobs, accounts = report(manager_client)
+    # vision: 300 (4 x 90 of 180 min) and 301 whole (4 x 120 min).
+    assert accounts["vision"]["jobs"] == 2
+    vision = 100 * (4 * 90 + 4 * 120) / (4 * 180 + 4 * 120)
+    assert accounts["vision"]["ettr_pct"] == round(vision, 1)
+    # llm as before: job 100's accounting records add nothing to Medbay's own story.
+    assert accounts["llm"]["jobs"] == 2
+    assert accounts["llm"]["ettr_pct"] == round(100 * (8 * 160 + 2 * 120) / (8 * 300 + 2 * 120), 1)
+    assert body["summary"]["jobs"] == 5
+    assert 301 not in jobs
+
+
+def test_imported_accounting_of_a_real_requeue_gives_its_ettr(manager_client, db):
+    """Slurm 22.05's recorded accounting (import_accounting, as from sacct): alice's job 3
+    ran 4 s, was requeued, waited 9 s and ran 30 s on 8 GPUs."""
+    from clusters.backends.slurm_accounting import finished_in
+    from clusters.models import Cluster
+    from jobs.accounting import import_accounting
+    from tests.jobs.test_accounting_import import DAY, RECORDS
+
+    class Recorded:
+        name = "slurm"
+
+        def finished_jobs(self, start, end):
+            return finished_in(RECORDS, start, end)
+
+    cluster = Cluster.objects.create(name="before")
+    import_accounting(cluster, Recorded(), since=DAY, until=DAY + timedelta(days=1))
+    day = {"start": "2026-12-01", "end": "2026-12-01"}
+    body = manager_client.get("/api/v1/reports/ettr/", day).json()
+    jobs = {row["job"]: row for row in body["tables"]["by_job"]["rows"]}
+    accounts = {row["account"]: row for row in body["tables"]["by_account"]["rows"]}
+    assert set(jobs) == {3}
+    assert jobs[3]["ettr_pct"] == round(100 * 30 / 43, 1)
+    # vision: job 1 (2 GPUs x 3 s) whole and job 3 (8 GPUs, 30 of 43 s); nlp lost nothing.
+    assert accounts["vision"]["ettr_pct"] == round(100 * (2 * 3 + 8 * 30) / (2 * 3 + 8 * 43), 1)
+    assert (accounts["nlp"]["ettr_pct"], accounts["nlp"]["jobs"]) == (100.0, 2)
