@@ -12,6 +12,13 @@ report, "peak_rss_mb", "db", "rollup_s" (time the child spent rolling up, 0 when
 nothing was due), "node_state_days" (rollup rows), "rollups" (whether the reports
 read them)}. `--raw` times the reports from the raw rows alone, as before rollups.
 
+    python bench/reports.py [--days ...] --prune DAYS
+
+times retention of everything older than DAYS over that history (rolled back after
+each run): whole month partitions dropped where they can be, then row by row only.
+Prints {"prune_whole_months_s", "prune_row_by_row_s", "ratio", "dropped_months",
+"prune_*_rows", ...}.
+
     python bench/reports.py --accounting [--accounting-jobs 1000000] [--runs 3]
 
 imports that many finished jobs through `import_accounting` from `sacct --json`
@@ -81,6 +88,11 @@ def generate(args) -> None:
     started = time.perf_counter()
     stats = generate_history(cluster, args.days, seed=args.seed, jobs=args.jobs)
     print(f"generated {stats} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    from portal.reports.partitions import ensure_all
+
+    started = time.perf_counter()
+    created = ensure_all()  # the year written into the past gets its month partitions
+    print(f"{len(created)} partitions in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     # Fresh statistics, or the planner guesses a few thousand rows and sorts on disk.
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
@@ -205,6 +217,35 @@ def accounting_benchmark(args) -> dict:
     return figures
 
 
+def prune_benchmark(args) -> dict:
+    """Retention over the generated history: everything older than --prune days, first
+    dropping whole month partitions where it can, then row by row only; each in a
+    transaction rolled back, so both see the same rows."""
+    from _setup import django_setup
+
+    django_setup()
+    from datetime import timedelta
+
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from portal.reports.retention import prune
+
+    cutoff = timezone.now() - timedelta(days=args.prune)
+    figures: dict = {"prune_days": args.prune, "db": connection.vendor}
+    for name, whole in (("whole_months", True), ("row_by_row", False)):
+        with transaction.atomic():
+            started = time.perf_counter()
+            result = prune(cutoff, whole_months=whole)
+            figures[f"prune_{name}_s"] = round(time.perf_counter() - started, 2)
+            figures[f"prune_{name}_rows"] = sum(result.rows.values())
+            if whole:
+                figures["dropped_months"] = len(result.dropped)
+            transaction.set_rollback(True)
+    figures["ratio"] = round(figures["prune_whole_months_s"] / figures["prune_row_by_row_s"], 3)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--days", type=int, default=90)
@@ -217,6 +258,9 @@ def main() -> None:
     parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--accounting", action="store_true", help="the accounting import")
     parser.add_argument("--accounting-jobs", type=int, default=1_000_000)
+    parser.add_argument(
+        "--prune", type=int, metavar="DAYS", help="time retention of DAYS instead of the reports"
+    )
     args = parser.parse_args()
     os.environ.setdefault("DATABASE_URL", DEFAULT_URL)
     # bench/queue.py shadows the standard library's queue, which psycopg imports:
@@ -235,6 +279,9 @@ def main() -> None:
     child = [sys.executable, __file__, "--generate-only", *sys.argv[1:]]
     done = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True)
     figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if args.prune is not None:
+        print(json.dumps({**prune_benchmark(args), **figures}))
+        return
     print(json.dumps({**measure(args), **figures}))
 
 

@@ -23,8 +23,12 @@ What is kept, so reports over pruned periods still show figures:
 Not kept: goodput and ETTR replay each job's state history, so over a pruned
 period they cover only jobs that ended after the cutoff.
 
-Deletes go in batches of ids (each its own short transaction), so memory and
-lock time stay bounded whatever the size.
+On PostgreSQL the three tables are partitioned by month (portal/reports/
+partitions.py): a month before the cutoff that holds nothing to keep, and no row of
+a cluster left out, is detached and dropped whole. What is left (the month the
+cutoff falls in, months holding a node's last change or a job still running) is
+deleted in batches of ids (each its own short transaction), so memory and lock
+time stay bounded whatever the size; SQLite has only the batches.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from clusters.models import Cluster, Node, NodeStateChange
-from health.models import HealthEvent
-from jobs.models import JobStateChange
+from health.models import HealthEvent, Incident
+from jobs.models import Job, JobStateChange
+from portal.reports import partitions
 from portal.reports.rollups import clusters_with_nodes, midnight
 
 BATCH = 5000
@@ -49,12 +54,15 @@ class Pruned:
 
     rows: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # whole month partitions
 
     def add(self, table: str, count: int) -> None:
         self.rows[table] = self.rows.get(table, 0) + count
 
 
-def prune(cutoff: datetime, *, dry_run: bool = False, batch: int = BATCH) -> Pruned:
+def prune(
+    cutoff: datetime, *, dry_run: bool = False, batch: int = BATCH, whole_months: bool = True
+) -> Pruned:
     """Deletes history older than `cutoff` that the rollups hold (see the module docstring).
 
     Reports read raw rows from the earliest mark of all clusters on, so nothing
@@ -66,20 +74,37 @@ def prune(cutoff: datetime, *, dry_run: bool = False, batch: int = BATCH) -> Pru
     if result.skipped or not clusters:
         return result
     until = min(cutoff, midnight(min(cluster.history_rolled_until for cluster in clusters)))
+    seeds = {cluster.pk: _seeds(cluster, until) for cluster in clusters}
+    whole = {}
+    if whole_months:  # False: row by row only (bench/reports.py --prune compares the two)
+        whole = _drop_whole_months(clusters, seeds, until, result, dry_run=dry_run)
     for cluster in clusters:
-        for table, rows, keep in _old_rows(cluster, until):
+        for table, rows, keep in _old_rows(cluster, until, seeds[cluster.pk]):
+            if table in whole:
+                rows = rows.exclude(whole[table])
             result.add(table, _delete(rows, keep, dry_run=dry_run, batch=batch))
     return result
 
 
-def _old_rows(cluster: Cluster, until: datetime):
+TABLES = {
+    "node_state_changes": partitions.HISTORY_TABLES[0],
+    "job_state_changes": partitions.HISTORY_TABLES[1],
+    "health_events": partitions.HISTORY_TABLES[2],
+}
+
+
+def _seeds(cluster: Cluster, until: datetime) -> set[int]:
+    """Each node's last state change before UNTIL: the status it is in at UNTIL."""
     last_before = NodeStateChange.objects.filter(node=OuterRef("pk"), at__lt=until).order_by(
         "-at", "-id"
     )
     seeds = Node.objects.filter(cluster=cluster).annotate(
         seed=Subquery(last_before.values("id")[:1])
     )
-    keep = set(seeds.exclude(seed=None).values_list("seed", flat=True))
+    return set(seeds.exclude(seed=None).values_list("seed", flat=True))
+
+
+def _old_rows(cluster: Cluster, until: datetime, keep: set[int]):
     yield (
         "node_state_changes",
         NodeStateChange.objects.filter(node__cluster=cluster, at__lt=until),
@@ -99,6 +124,66 @@ def _old_rows(cluster: Cluster, until: datetime):
         ),
         set(),
     )
+
+
+def _drop_whole_months(clusters, seeds, until, result: Pruned, *, dry_run: bool) -> dict[str, Q]:
+    """Drops (or, in a dry run, counts) each month partition that ends by UNTIL and holds
+    only rows the batches would delete; returns, per table, a filter of those months."""
+    if not partitions.supported():
+        return {}
+    ids = [cluster.pk for cluster in clusters]
+    keep = sorted(set().union(*seeds.values()))
+    whole: dict[str, Q] = {}
+    for table, history in TABLES.items():
+        if not partitions.is_partitioned(history):
+            continue
+        for month in partitions.months(history):
+            if month.end > until or _holds_keepers(table, month.name, ids, keep, until):
+                continue
+            if dry_run:
+                count = partitions.row_count(month.name)
+            else:
+                count = partitions.drop_month(history, month)
+            result.add(table, count)
+            result.dropped.append(month.name)
+            span = {f"{history.column}__gte": month.start, f"{history.column}__lt": month.end}
+            whole[table] = whole[table] | Q(**span) if table in whole else Q(**span)
+    return whole
+
+
+# Per table: a row the batches would keep, or of a cluster they leave alone.
+KEEPERS = {
+    "node_state_changes": (
+        "SELECT 1 FROM {month} row JOIN {node} node ON node.id = row.node_id"
+        " WHERE row.id = ANY(%(keep)s) OR NOT node.cluster_id = ANY(%(clusters)s)"
+    ),
+    "job_state_changes": (
+        "SELECT 1 FROM {month} row JOIN {job} job ON job.id = row.job_id"
+        " WHERE job.end_at IS NULL OR job.end_at >= %(until)s"
+        " OR NOT job.cluster_id = ANY(%(clusters)s)"
+    ),
+    "health_events": (
+        "SELECT 1 FROM {month} row JOIN {node} node ON node.id = row.node_id"
+        " LEFT JOIN {incident} incident ON incident.id = row.incident_id"
+        " WHERE incident.last_event_at >= %(until)s OR NOT node.cluster_id = ANY(%(clusters)s)"
+    ),
+}
+
+
+def _holds_keepers(table: str, month: str, clusters: list[int], keep: list[int], until) -> bool:
+    quote = connection.ops.quote_name
+    sql = KEEPERS[table].format(
+        month=quote(month),
+        node=quote(Node._meta.db_table),
+        job=quote(Job._meta.db_table),
+        incident=quote(Incident._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT EXISTS ({sql})",  # noqa: S608 (a partition's name from the catalog)
+            {"keep": keep, "clusters": clusters, "until": until},
+        )
+        return cursor.fetchone()[0]
 
 
 def _delete(rows: QuerySet, keep: set[int], *, dry_run: bool, batch: int) -> int:

@@ -2,8 +2,9 @@
 
 N defaults to MEDBAY_HISTORY_RETENTION_DAYS; 0 (the default) keeps everything.
 Rolls history up first, then deletes only what the rollups hold
-(portal/reports/retention.py says what is deleted and what is kept); `--dry-run`
-counts against the rollups as they stand and writes nothing.
+(portal/reports/retention.py says what is deleted and what is kept): on PostgreSQL
+a month partition whose every row goes is dropped whole, the rest deleted in
+batches; `--dry-run` counts against the rollups as they stand and writes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from clusters.models import Cluster
+from portal.reports.partitions import ensure_all
 from portal.reports.retention import prune
 from portal.reports.rollups import roll_up
 
@@ -35,11 +37,15 @@ class Command(BaseCommand):
             return
         cutoff = timezone.now() - timedelta(days=days)
         if not dry_run:
+            # Rows written into the past wait in DEFAULT until their month has a partition.
+            ensure_all()
             for cluster in Cluster.objects.order_by("name"):
                 roll_up(cluster)
         result = prune(cutoff, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
         for table, count in result.rows.items():
             self.stdout.write(f"{verb} {count} {table} before {cutoff:%Y-%m-%d %H:%M} UTC")
+        for name in result.dropped:
+            self.stdout.write(f"{verb} month partition {name} whole")
         for name in result.skipped:
             self.stdout.write(f"{name}: not rolled up yet, so nothing was deleted")

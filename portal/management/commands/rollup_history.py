@@ -1,7 +1,9 @@
 """`manage.py rollup_history [--since DATE]`: roll whole days of history up for the reports.
 
 Idempotent: each cluster's days from its mark (or DATE, to recompute days whose
-raw rows changed) up to today are rewritten (portal/reports/rollups.py).
+raw rows changed) up to today are rewritten (portal/reports/rollups.py). On
+PostgreSQL it first gives the history tables their partitions for the coming
+months, and for any month written into the past (portal/reports/partitions.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from datetime import date
 from django.core.management.base import BaseCommand, CommandError
 
 from clusters.models import Cluster
+from portal.reports.partitions import ensure_all
 from portal.reports.rollups import roll_up
 
 
@@ -25,6 +28,8 @@ class Command(BaseCommand):
             first = date.fromisoformat(since) if since else None
         except ValueError as error:
             raise CommandError(f"--since: {error}") from error
+        for name in ensure_all():
+            self.stdout.write(f"partition {name} created")
         for cluster in Cluster.objects.order_by("name"):
             days = roll_up(cluster, since=first)
             self.stdout.write(
