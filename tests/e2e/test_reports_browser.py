@@ -101,3 +101,22 @@ def test_a_manager_reads_gpu_hours_by_team_then_by_qos_from_slurms_accounting(pa
         "href", re.compile(r"accounting\.csv\?.*group_by=qos")
     )
     assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
+
+
+def test_a_manager_reads_the_ettr_of_a_requeued_job_slurm_recorded_before_medbay(page, portal):
+    """The same recorded day: alice's job 3 ran 4 s on 8 GPUs, was requeued, waited 9 s
+    and ran 30 s. Medbay has no row of it, so its ETTR comes from the accounting alone."""
+    day = (date.today() - timedelta(days=REPLAYED_DAYS_AGO)).isoformat()
+    assert portal.command("recorded_accounting", day=day)["records"] == 5
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/ettr/?start={day}&end={day}")
+    section = page.locator("#report-ettr")
+    expect(section.locator("h2")).to_contain_text("ETTR")
+    job = section.locator("tr", has_text="Slurm accounting")
+    expect(job).to_have_count(1)
+    expect(job).to_contain_text("69.8")  # 30 of 43 s productive
+    expect(job).to_contain_text("lost progress, restore")
+    vision = section.locator("tr", has=page.get_by_role("cell", name="vision", exact=True))
+    expect(vision.first).to_contain_text("70.3")  # with job 1: (2 x 3 + 8 x 30) / (2 x 3 + 8 x 43)
+    expect(section).to_contain_text("before it was installed")
