@@ -25,7 +25,10 @@ period they cover only jobs that ended after the cutoff.
 
 On PostgreSQL the three tables are partitioned by month (portal/reports/
 partitions.py): a month before the cutoff that holds nothing to keep, and no row of
-a cluster left out, is detached and dropped whole. What is left (the month the
+a cluster left out, is detached and dropped whole. A node's last change before the
+cutoff does not hold its month back: it is first carried forward to the month's
+end (same id, status and node, `actor` "retention", the reason saying since when),
+where nothing else of that node lies before the cutoff. What is left (the month the
 cutoff falls in, months holding a node's last change or a job still running) is
 deleted in batches of ids (each its own short transaction), so memory and lock
 time stay bounded whatever the size; SQLite has only the batches.
@@ -37,7 +40,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import CharField, F, Func, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Concat
 
 from clusters.models import Cluster, Node, NodeStateChange
 from health.models import HealthEvent, Incident
@@ -138,17 +142,60 @@ def _drop_whole_months(clusters, seeds, until, result: Pruned, *, dry_run: bool)
         if not partitions.is_partitioned(history):
             continue
         for month in partitions.months(history):
-            if month.end > until or _holds_keepers(table, month.name, ids, keep, until):
+            if month.end > until:
+                continue
+            carried = _seeds_in(month, keep) if table == "node_state_changes" else []
+            if carried and month.end == until:
+                carried = []  # nowhere to carry them that is still before UNTIL
+            blocking = sorted(set(keep) - set(carried))
+            if _holds_keepers(table, month.name, ids, blocking, until):
                 continue
             if dry_run:
-                count = partitions.row_count(month.name)
+                count = partitions.row_count(month.name) - len(carried)
             else:
+                _carry_forward(carried, month.end)
                 count = partitions.drop_month(history, month)
             result.add(table, count)
             result.dropped.append(month.name)
             span = {f"{history.column}__gte": month.start, f"{history.column}__lt": month.end}
             whole[table] = whole[table] | Q(**span) if table in whole else Q(**span)
     return whole
+
+
+def _seeds_in(month, keep: list[int]) -> list[int]:
+    """The nodes' last changes before the cutoff that are stored in MONTH."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {connection.ops.quote_name(month.name)} WHERE id = ANY(%s)",  # noqa: S608
+            [keep],
+        )
+        return [pk for (pk,) in cursor.fetchall()]
+
+
+def _carry_forward(seed_ids: list[int], moment: datetime) -> None:
+    """Moves each node's last change before the cutoff out of a month about to be dropped
+    to MOMENT, the month's end: PostgreSQL moves the row to the next month's partition,
+    keeping its id. The node has no other change between the two (the row is its last
+    before the cutoff, which is later), so every report from the cutoff on reads the same
+    status; from_status = to_status, so no report counts it as a change, and the reason
+    keeps when the status began."""
+    if not seed_ids:
+        return
+    NodeStateChange.objects.filter(pk__in=seed_ids).exclude(actor=RETENTION).update(
+        reason=Concat(
+            Value("status since "),
+            Func(
+                F("at"), Value("YYYY-MM-DD HH24:MI"), function="to_char", output_field=CharField()
+            ),
+            Value(" UTC; earlier history pruned"),
+            output_field=CharField(),
+        ),
+        actor=RETENTION,
+    )
+    NodeStateChange.objects.filter(pk__in=seed_ids).update(at=moment, from_status=F("to_status"))
+
+
+RETENTION = "retention"
 
 
 # Per table: a row the batches would keep, or of a cluster they leave alone.

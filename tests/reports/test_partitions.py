@@ -168,15 +168,48 @@ def test_retention_drops_whole_months_and_deletes_the_rest_row_by_row(quarter):
     assert not HealthEvent.objects.exists()
 
 
-def test_a_month_holding_a_nodes_last_change_in_another_cluster_is_not_dropped(quarter, history):
+def test_another_clusters_node_keeps_its_last_change_through_dropped_months(quarter, history):
+    """o1 (another cluster) changed only on January 1: January and February go whole, its
+    one change carried to February 1, then March 1; March ends at the cutoff and stays."""
     from clusters.models import Cluster, Node, NodeStateChange
     from portal.reports.retention import prune
 
     other = Cluster.objects.create(name="other")
     node = Node.objects.create(cluster=other, name="o1", gpu_count=8)
-    NodeStateChange.objects.create(node=node, to_status="idle", at=at(3))
+    only = NodeStateChange.objects.create(node=node, to_status="idle", at=at(3))
     other.history_rolled_until = date(2026, 4, 1)
     other.save(update_fields=["history_rolled_until"])
     result = prune(at(APRIL))
-    assert "clusters_nodestatechange_2026_01" not in result.dropped
-    assert NodeStateChange.objects.filter(node=node).exists()  # its only, so its last
+    assert "clusters_nodestatechange_2026_01" in result.dropped
+    assert "clusters_nodestatechange_2026_02" in result.dropped
+    assert "clusters_nodestatechange_2026_03" not in result.dropped
+    kept = NodeStateChange.objects.get(node=node)
+    assert (kept.pk, kept.to_status, kept.at) == (only.pk, "idle", at(MARCH))
+    assert kept.reason == "status since 2026-01-01 03:00 UTC; earlier history pruned"
+
+
+def test_a_nodes_last_change_is_carried_out_of_a_month_retention_drops(quarter):
+    """Rolled up to May and pruned before mid-April: March ends before the cutoff, so its
+    node changes go whole, each node's last change moved to April 1 with its status."""
+    from clusters.models import NodeStateChange
+    from portal.reports.retention import prune
+    from portal.reports.rollups import roll_up
+
+    roll_up(quarter, since=date(2026, 4, 1), until=date(2026, 5, 1))
+    last = dict(NodeStateChange.objects.values_list("node__name", "id").order_by("at"))
+    cutoff = at(APRIL + 14 * 24)
+    dry = prune(cutoff, dry_run=True)
+
+    result = prune(cutoff)
+
+    assert result.rows == dry.rows
+    assert result.rows["node_state_changes"] == 3
+    assert "clusters_nodestatechange_2026_03" in result.dropped
+    carried = NodeStateChange.objects.order_by("node__name")
+    assert [(c.node.name, c.pk, c.from_status, c.to_status, c.at, c.actor) for c in carried] == [
+        ("n1", last["n1"], "idle", "idle", at(APRIL), "retention"),
+        ("n2", last["n2"], "allocated", "allocated", at(APRIL), "retention"),
+    ]
+    assert carried[0].reason == "status since 2026-03-01 12:00 UTC; earlier history pruned"
+    # April has no partition of its own yet: DEFAULT holds the row until ensure_all.
+    assert partition_of(NodeStateChange, last["n1"]) == "clusters_nodestatechange_default"
