@@ -163,23 +163,12 @@ def _restore(result: JobEttr, facts: Facts, resumed: datetime, end) -> None:
 
 
 def ettr_for_jobs(jobs, *, now: datetime | None = None) -> list[JobEttr]:
-    """ETTR of each job (that ran), reading everything in a few queries.
-
-    A job that never restarted lost nothing to any of the causes: its wall clock is
-    its run, from Slurm's start to its end, all of it productive. Only restarted
-    jobs (a few per cent of a year's) have their history read."""
+    """ETTR of each restarted job among JOBS (that ran), reading everything in a few
+    queries. A job that never restarted lost nothing to any of the causes: it is left
+    out, and the report sums such jobs in the database (a year holds a million)."""
     now = now or timezone.now()
-    jobs = list(jobs)
-    results = [
-        JobEttr(
-            job,
-            _seconds(job.start_at, job.end_at or now),
-            _seconds(job.start_at, job.end_at or now),
-        )
-        for job in jobs
-        if not job.restart_count and job.start_at
-    ]
     jobs = [job for job in jobs if job.restart_count]
+    results = []
     pks = [job.pk for job in jobs]
     changes, progress = defaultdict(list), defaultdict(list)
     for change in JobStateChange.objects.filter(job_id__in=pks).order_by("job_id", "at", "id"):
@@ -203,9 +192,9 @@ def ettr_for_jobs(jobs, *, now: datetime | None = None) -> list[JobEttr]:
     return results
 
 
-def _runs_by_job(jobs) -> dict[int, list[Remediation]]:
-    """The runs that acted on each restarted job, with their effects, steps and incident."""
-    restarted = [job for job in jobs if job.restart_count]
+def _runs_by_job(restarted) -> dict[int, list[Remediation]]:
+    """The runs that acted on each of the RESTARTED jobs, with their effects, steps and
+    incident."""
     if not restarted:
         return {}
     ids = {job.slurm_id for job in restarted}

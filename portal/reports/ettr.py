@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobs.ettr import CAUSES, JobEttr, ettr_for_jobs, restarted_accounting_jobs
 from jobs.models import AccountingJob, Job, JobState
 from portal.reports.base import NO_DATA, Report, Table, hours, percent
+from portal.reports.intervals import Span
 from portal.reports.params import ReportQuery
 
 TOP_JOBS = 50
@@ -91,8 +92,7 @@ class Totals:
         return row
 
 
-def _medbay_jobs(query: ReportQuery):
-    span = query.span()
+def _medbay_jobs(span: Span):
     ended = Q(end_at__gte=span.start, end_at__lt=span.data_end)
     active = Q(end_at__isnull=True, updated_at__gte=span.start)
     return Job.objects.filter(ended | active).filter(start_at__isnull=False, gpus__gt=0)
@@ -104,18 +104,17 @@ JOB_FIELDS = (
 )  # fmt: skip
 
 
-def _never_restarted(query: ReportQuery, now: datetime) -> list[tuple[str, int, int, float]]:
+def _never_restarted(span: Span, now: datetime) -> list[tuple[str, int, int, float]]:
     """(account, GPUs, jobs, wall seconds) of the jobs that never restarted, summed in the
     database: a year holds a million of them, and each is simply productive throughout."""
     running = Coalesce(F("end_at"), Value(now, output_field=DateTimeField())) - F("start_at")
     medbay = (
-        _medbay_jobs(query)
+        _medbay_jobs(span)
         .filter(restart_count=0)
         .values("account", "gpus")
         .annotate(jobs=Count("id"), wall=Sum(running, output_field=DurationField()))
         .order_by()
     )
-    span = query.span()
     accounting = (
         AccountingJob.objects.filter(
             job__isnull=True,
@@ -137,10 +136,9 @@ def _never_restarted(query: ReportQuery, now: datetime) -> list[tuple[str, int, 
     return rows
 
 
-def _restarted(query: ReportQuery, now: datetime) -> list[JobEttr]:
+def _restarted(span: Span, now: datetime) -> list[JobEttr]:
     """Each restarted job's ETTR: Medbay's own story where it has one, else accounting's."""
-    span = query.span()
-    medbay = _medbay_jobs(query).filter(restart_count__gt=0).only(*JOB_FIELDS)
+    medbay = _medbay_jobs(span).filter(restart_count__gt=0).only(*JOB_FIELDS)
     # Only the accounting records of jobs Medbay has no row of, so no job counts twice.
     return [
         *ettr_for_jobs(medbay, now=now),
@@ -164,14 +162,15 @@ def _columns() -> list[tuple[str, str]]:
 
 def ettr(query: ReportQuery) -> Report:
     now = timezone.now()
-    measured = _restarted(query, now)
+    span = query.span(now)
+    measured = _restarted(span, now)
     report = Report("ettr", "ETTR and badput by cause", query)
     accounts: dict[str, Totals] = defaultdict(Totals)
     cluster = Totals()
     for item in measured:
         accounts[item.job.account].add(item)
         cluster.add(item)
-    for account, gpus, jobs, wall_s in _never_restarted(query, now):
+    for account, gpus, jobs, wall_s in _never_restarted(span, now):
         accounts[account].add_whole(jobs, gpus * wall_s)
         cluster.add_whole(jobs, gpus * wall_s)
     by_account = Table(
