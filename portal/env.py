@@ -66,6 +66,11 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+# Connections one process may hold (DB_POOL_MAX_SIZE; 0 turns the pool off and keeps a
+# persistent connection per thread for DB_CONN_MAX_AGE seconds).
+DEFAULT_POOL_MAX_SIZE = 4
+
+
 def database_from_url(url: str | None, sqlite_path: Path) -> dict:
     """A Django DATABASES entry from a `postgres://` or `sqlite:///` URL."""
     if not url:
@@ -79,8 +84,8 @@ def database_from_url(url: str | None, sqlite_path: Path) -> dict:
             path = path[1:] or str(sqlite_path)
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or str(sqlite_path)}
     if parts.scheme in ("postgres", "postgresql", "pgsql"):
-        options = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-        return {
+        options: dict = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        config = {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",
             "USER": unquote(parts.username or ""),
@@ -88,9 +93,22 @@ def database_from_url(url: str | None, sqlite_path: Path) -> dict:
             "HOST": parts.hostname or "",
             "PORT": str(parts.port or ""),
             "OPTIONS": options,
-            "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+            "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
         }
+        pool_size = env_int("DB_POOL_MAX_SIZE", DEFAULT_POOL_MAX_SIZE)
+        if pool_size > 0:
+            # Under daphne every request runs its view in a thread of its own, and a
+            # persistent connection belongs to its thread: with DB_CONN_MAX_AGE alone a
+            # burst of reports opened a connection per request until PostgreSQL refused
+            # clients ("too many clients", bench/storm.py). A per-process pool (psycopg's)
+            # bounds them, and a request borrows one instead of connecting afresh.
+            options["pool"] = {"min_size": 1, "max_size": pool_size, "timeout": 30}
+            # Django hands pooled connections back itself; the health check then makes
+            # the pool test a connection before lending it, so a PostgreSQL restart
+            # costs no request an error.
+            config["CONN_MAX_AGE"] = 0
+        return config
     raise ImproperlyConfigured(
         f"DATABASE_URL must start with postgres:// or sqlite:///, got scheme {parts.scheme!r}"
     )

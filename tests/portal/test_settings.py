@@ -40,7 +40,28 @@ def test_a_postgres_url_becomes_a_postgresql_database():
     assert config["ENGINE"] == "django.db.backends.postgresql"
     assert (config["NAME"], config["USER"], config["PASSWORD"]) == ("medbay", "medbay", "s@cret")
     assert (config["HOST"], config["PORT"]) == ("db.internal", "5433")
-    assert config["OPTIONS"] == {"sslmode": "require"}
+    assert config["OPTIONS"]["sslmode"] == "require"
+
+
+def test_postgresql_connections_come_from_a_bounded_pool_per_process(monkeypatch):
+    monkeypatch.delenv("DB_POOL_MAX_SIZE", raising=False)
+    config = database_from_url("postgres://medbay@db/medbay", Path("x"))
+    assert config["OPTIONS"]["pool"]["max_size"] == 4
+    # Django refuses a pool together with persistent connections.
+    assert config["CONN_MAX_AGE"] == 0
+    monkeypatch.setenv("DB_POOL_MAX_SIZE", "12")
+    assert database_from_url("postgres://db/m", Path("x"))["OPTIONS"]["pool"]["max_size"] == 12
+
+
+def test_a_pool_size_of_zero_keeps_one_persistent_connection_per_thread(monkeypatch):
+    monkeypatch.setenv("DB_POOL_MAX_SIZE", "0")
+    monkeypatch.setenv("DB_CONN_MAX_AGE", "60")
+    config = database_from_url("postgres://db/m", Path("x"))
+    assert "pool" not in config["OPTIONS"]
+    assert config["CONN_MAX_AGE"] == 60
+    monkeypatch.setenv("DB_POOL_MAX_SIZE", "many")
+    with pytest.raises(ImproperlyConfigured, match="DB_POOL_MAX_SIZE"):
+        database_from_url("postgres://db/m", Path("x"))
 
 
 def test_no_url_means_sqlite_and_a_bad_scheme_is_an_error():
