@@ -28,6 +28,27 @@ class JobState(models.TextChoices):
     DEADLINE = "DEADLINE"
 
 
+# Leaving RUNNING for one of these throws away the work since the last checkpoint.
+INTERRUPTED_STATES = (
+    JobState.PENDING,
+    JobState.REQUEUED,
+    JobState.NODE_FAIL,
+    JobState.PREEMPTED,
+    JobState.FAILED,
+    JobState.TIMEOUT,
+    JobState.OUT_OF_MEMORY,
+    JobState.BOOT_FAIL,
+    JobState.DEADLINE,
+)
+# The state changes that can hold lost work or a recovery: into an interruption (a
+# job's first row, PENDING from nothing, is not one) or a restart. Few jobs have any,
+# so the reports' windows over a job's history read only those jobs (see the partial
+# index on JobStateChange).
+INTERRUPTION = models.Q(to_state__in=INTERRUPTED_STATES) & ~models.Q(
+    to_state=JobState.PENDING, from_state=""
+) | models.Q(restart_count__gt=0)
+
+
 ACTIVE_JOB_STATES = (
     JobState.PENDING,
     JobState.RUNNING,
@@ -116,6 +137,7 @@ class JobStateChange(models.Model):
             models.Index(fields=["job", "at"]),
             # The reports' Lead() window over a job's history reads in this order.
             models.Index(fields=["job", "at", "id"], name="jobs_change_job_at_id"),
+            models.Index(fields=["at"], condition=INTERRUPTION, name="jobs_change_interrupted"),
         ]
 
     def __str__(self) -> str:

@@ -14,6 +14,8 @@ zero, and the report says how many interruptions that affects.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.apps import apps
 from django.db.models import (
     Case,
@@ -22,30 +24,31 @@ from django.db.models import (
     OuterRef,
     Q,
     Subquery,
+    Sum,
     Value,
     When,
     Window,
 )
 from django.db.models.functions import Coalesce, Greatest, Lag, Lead, Least
 
-from jobs.models import JobState, JobStateChange
+from jobs.models import ACTIVE_JOB_STATES, INTERRUPTION, Job, JobState, JobStateChange
+from jobs.models import INTERRUPTED_STATES as INTERRUPTED
 from portal.reports.base import NO_DATA, Report, Table, hours, percent, sql_list
-from portal.reports.intervals import Span, job_run_intervals, job_span_intervals, summed
+from portal.reports.intervals import (
+    Epoch,
+    Span,
+    job_run_intervals,
+    job_span_intervals,
+    report_settings,
+    summed,
+)
 from portal.reports.params import ReportQuery
+from portal.reports.rollups import job_sources
 
 TOP_JOBS = 50
-# Leaving RUNNING for one of these throws away the work since the last checkpoint.
-INTERRUPTED = (
-    JobState.PENDING,
-    JobState.REQUEUED,
-    JobState.NODE_FAIL,
-    JobState.PREEMPTED,
-    JobState.FAILED,
-    JobState.TIMEOUT,
-    JobState.OUT_OF_MEMORY,
-    JobState.BOOT_FAIL,
-    JobState.DEADLINE,
-)
+# How far a job's state changes may lie outside its start and its last update: the
+# sync stamps changes with the portal's clock, Slurm its start time with slurmctld's.
+CLOCK_SLACK = timedelta(minutes=1)
 
 
 def progress_model():
@@ -66,10 +69,18 @@ def _keys(fields: list[str], prefix: str) -> dict:
 
 
 def allocated(span: Span, fields: list[str], *, job_ids=None, limit=None) -> dict[tuple, float]:
-    """Allocated GPU-seconds per combination of `fields` values, largest first."""
+    """Allocated GPU-seconds per combination of `fields` values, largest first.
+
+    By account and user, whole days come from the daily rollups; by job (or for
+    `job_ids`) every row is read, as the rollups do not keep jobs apart.
+    """
     totals: dict[tuple, float] = {}
     names = [f"g{index}" for index in range(len(fields))]
-    for rows, prefix in ((job_run_intervals(span), "job__"), (job_span_intervals(span), "")):
+    if job_ids is None and set(fields) <= {"account", "user", "partition"}:
+        sources = job_sources(span)
+    else:
+        sources = [(job_run_intervals(span), "job__"), (job_span_intervals(span), "")]
+    for rows, prefix in sources:
         if job_ids is not None:
             rows = rows.filter(**{f"{prefix}slurm_id__in": job_ids})
         for row in summed(
@@ -84,6 +95,67 @@ def allocated(span: Span, fields: list[str], *, job_ids=None, limit=None) -> dic
             key = tuple(row[name] for name in names)
             totals[key] = totals.get(key, 0.0) + (row["gpu_s"] or 0.0)
     return totals
+
+
+def interrupted_jobs(span: Span) -> list[int]:
+    """Ids of the jobs that can have lost work or recovery in the span: those with a
+    change into an interruption or a restart (read from a partial index). Nearly every
+    job runs once and completes; the windows over job history then read only these.
+
+    A list, not a subquery: PostgreSQL cannot tell how few rows the index holds and
+    would join every job's history to it.
+    """
+    rows = JobStateChange.objects.filter(INTERRUPTION, at__lt=span.data_end)
+    return sorted(set(rows.values_list("job_id", flat=True)))
+
+
+def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]:
+    """The `limit` Slurm ids that held the most GPU-seconds in the span, exactly, with
+    their GPU-seconds, without replaying every job's history.
+
+    Jobs that were `interrupted` or restarted are measured from their history. The
+    others ran once: a finished one between its start and its last change (the sync
+    stamps each change and the job's `updated_at` together), an active one from its
+    start on. GPUs times that stretch inside the span bounds what each held; they are
+    measured in order of that bound until the next bound cannot beat the `limit`-th
+    figure, which the first page of bounds nearly always settles.
+    """
+    slurm_ids = sorted(
+        set(Job.objects.filter(pk__in=interrupted).values_list("slurm_id", flat=True))
+    )
+    measured = allocated(span, ["slurm_id"], job_ids=slurm_ids) if slurm_ids else {}
+    held = {key[0]: value for key, value in measured.items()}
+    data_end = Value(span.data_end)
+    lower = Greatest(Coalesce(F("start_at") - CLOCK_SLACK, Value(span.start)), Value(span.start))
+    finished = Greatest("end_at", "updated_at") + CLOCK_SLACK
+    last = Case(When(Q(state__in=ACTIVE_JOB_STATES) | Q(end_at__isnull=True), then=data_end))
+    upper = Least(Coalesce(last, finished), data_end)
+    bound = Sum(F("gpus") * Greatest(Epoch(upper) - Epoch(lower), Value(0.0)))
+    bounds = (
+        Job.objects.filter(
+            Q(end_at__isnull=True) | Q(end_at__gt=span.start) | Q(state__in=ACTIVE_JOB_STATES)
+        )
+        .filter(Q(start_at__isnull=True) | Q(start_at__lt=span.data_end))
+        .exclude(slurm_id__in=slurm_ids)
+        .values("slurm_id")
+        .annotate(bound=bound)
+        .filter(bound__gt=0)
+        .order_by("-bound", "slurm_id")
+        .values_list("slurm_id", "bound")
+    )
+    offset, size = 0, 8 * limit
+    while True:
+        with report_settings():  # the grouping by job spills to disk at the default work_mem
+            page = list(bounds[offset : offset + size])
+        if page:
+            measured = allocated(span, ["slurm_id"], job_ids=[slurm_id for slurm_id, _ in page])
+            held.update((key[0], value) for key, value in measured.items())
+        best = sorted(held.values(), reverse=True)
+        if len(page) < size or (len(best) >= limit and page[-1][1] <= best[limit - 1]):
+            break
+        offset, size = offset + size, size * 4
+    ranked = sorted((key for key in held if held[key] > 0), key=lambda key: (-held[key], key))
+    return {key: held[key] for key in ranked[:limit]}
 
 
 def _stops(span: Span, progress):
@@ -145,13 +217,19 @@ def _stops(span: Span, progress):
     )
 
 
-def losses(span: Span, fields: list[str], *, job_ids=None) -> dict[tuple, dict]:
-    """Per combination of `fields`: lost and recovery GPU-seconds, interruptions of unknown loss."""
+def losses(
+    span: Span, fields: list[str], interrupted: list[int], *, job_ids=None
+) -> dict[tuple, dict]:
+    """Per combination of `fields`: lost and recovery GPU-seconds, interruptions of unknown
+    loss, from the histories of the `interrupted` jobs (see interrupted_jobs)."""
     progress = progress_model()
     if progress is None:
         return {}
     names = [f"g{index}" for index in range(len(fields))]
-    rows = _stops(span, progress).annotate(**_keys(fields, "job__"))
+    if not interrupted:
+        return {}
+    rows = _stops(span, progress).filter(job_id__in=interrupted)
+    rows = rows.annotate(**_keys(fields, "job__"))
     if job_ids is not None:
         rows = rows.filter(job__slurm_id__in=job_ids)
     in_range = f"at_off >= 0 AND at_off < {span.data_seconds!r}"
@@ -211,18 +289,20 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
 
 def _tables(span: Span) -> dict[str, Table]:
     # Accounts and users come from one pass grouped by both; jobs from a top-N pass.
-    held, lost = allocated(span, ["account", "user"]), losses(span, ["account", "user"])
+    # Only the interrupted jobs' histories are replayed, for what they lost.
+    interrupted = interrupted_jobs(span)
+    held = allocated(span, ["account", "user"])
+    lost = losses(span, ["account", "user"], interrupted)
     tables = {
         group: goodput_table(group, f"Goodput by {group}", _fold(held, i), _fold(lost, i))
         for i, group in enumerate(("account", "user"))
     }
-    top = allocated(span, ["slurm_id"], limit=TOP_JOBS)
-    ranked = sorted(top, key=lambda key: -top[key])[:TOP_JOBS]
-    jobs_lost = losses(span, ["slurm_id"], job_ids=[key[0] for key in ranked])
+    top = top_jobs(span, TOP_JOBS, interrupted)
+    jobs_lost = losses(span, ["slurm_id"], interrupted, job_ids=list(top))
     tables["job"] = goodput_table(
         "job",
         f"Top {TOP_JOBS} jobs by allocated GPU-hours",
-        {key[0]: top[key] for key in ranked},
+        top,
         {key[0]: value for key, value in jobs_lost.items()},
     )
     return tables

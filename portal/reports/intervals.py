@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -131,10 +132,18 @@ class Span:
 POSTGRES_SETTINGS = "SET LOCAL work_mem = '64MB'; SET LOCAL jit = off"
 
 
-def _rows(sql: str, params: Sequence) -> list[tuple]:
-    with transaction.atomic(), connection.cursor() as cursor:
+@contextmanager
+def report_settings():
+    """A transaction with POSTGRES_SETTINGS, for the reports' large sorts and groupings."""
+    with transaction.atomic():
         if connection.vendor == "postgresql":
-            cursor.execute(POSTGRES_SETTINGS)
+            with connection.cursor() as cursor:
+                cursor.execute(POSTGRES_SETTINGS)
+        yield
+
+
+def _rows(sql: str, params: Sequence) -> list[tuple]:
+    with report_settings(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
 

@@ -44,12 +44,16 @@ def history(db):
             job = Job.objects.create(
                 cluster=cluster, slurm_id=slurm_id, gpus=gpus, partition="train", **fields
             )
-            JobStateChange.objects.bulk_create(
-                JobStateChange(job=job, to_state=state, at=at(hour), restart_count=restarts)
-                for hour, state, restarts in (
-                    change if len(change) == 3 else (*change, 0) for change in changes
-                )
-            )
+            rows, previous = [], ""
+            for hour, state, restarts in (c if len(c) == 3 else (*c, 0) for c in changes):
+                rows.append(
+                    JobStateChange(
+                        job=job, from_state=previous, to_state=state, at=at(hour),
+                        restart_count=restarts,
+                    )
+                )  # fmt: skip
+                previous = state
+            JobStateChange.objects.bulk_create(rows)
             return job
 
     return History()

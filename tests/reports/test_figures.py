@@ -108,6 +108,33 @@ def test_a_job_losing_30_minutes_of_16_gpus_loses_8_gpu_hours(history, manager_c
     assert body["summary"]["goodput_pct"] == 83.3
 
 
+def test_the_top_jobs_are_those_that_held_the_most_gpu_hours_whatever_else_changed_later(
+    history, manager_client, monkeypatch
+):
+    from jobs.models import Job
+
+    monkeypatch.setattr("portal.reports.goodput.TOP_JOBS", 2)
+    history.node("gpu-01", [(0, "idle")])
+    # Ran 2 h on 64 GPUs, but its row was touched 20 h later (a reason edited): what
+    # it may have held looks largest, what it held is not.
+    touched = history.job(1, 64, [(0, "RUNNING"), (2, "COMPLETED")], start_at=at(0), end_at=at(2))
+    Job.objects.filter(pk=touched.pk).update(updated_at=at(22))
+    history.job(2, 8, [(0, "RUNNING"), (20, "COMPLETED")], start_at=at(0), end_at=at(20))
+    # Requeued: its start time is its last start, so only its history says how long it ran.
+    history.job(
+        3, 16, [(0, "RUNNING"), (9, "PENDING"), (10, "RUNNING", 1), (12, "COMPLETED", 1)],
+        start_at=at(10), end_at=at(12),
+    )  # fmt: skip
+    history.job(4, 4, [(1, "RUNNING")], start_at=at(1))  # still running: 23 h by the day's end
+    body = fetch(manager_client, "goodput")
+    jobs = [(row["job"], row["allocated_gpu_h"]) for row in body["tables"]["by_job"]["rows"]]
+    assert jobs == [(3, 176.0), (2, 160.0)]
+    monkeypatch.setattr("portal.reports.goodput.TOP_JOBS", 4)
+    body = fetch(manager_client, "goodput")
+    jobs = [(row["job"], row["allocated_gpu_h"]) for row in body["tables"]["by_job"]["rows"]]
+    assert jobs == [(3, 176.0), (2, 160.0), (1, 128.0), (4, 92.0)]
+
+
 def test_lost_work_is_unknown_for_jobs_that_never_report_progress(history, manager_client):
     history.node("gpu-01", [(0, "idle")])
     history.job(1, 8, [(0, "RUNNING"), (2, "NODE_FAIL")])
