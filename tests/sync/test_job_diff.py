@@ -122,3 +122,14 @@ def test_a_requeue_seen_through_completing_and_pending_is_one_restart(stored):
     assert list(rows.values_list("from_state", "to_state", "node_names")) == [
         ("RUNNING", "PENDING", ["gpu-01", "gpu-02"])
     ]
+
+
+def test_a_row_changed_outside_the_sync_is_set_back_even_when_slurm_printed_the_same_job(stored):
+    # The parsers hand back the same JobInfo for a record Slurm printed unchanged, and
+    # the sync reuses that job's key from the last cycle: the stored side is still read.
+    Job.objects.filter(slurm_id=41).update(name="renamed by hand", gpus=1)
+    result = apply_snapshot(stored, [], [], [FULL, SPARSE])
+    job = Job.objects.get(slurm_id=41)
+    assert (job.name, job.gpus) == (FULL.name, 16)
+    assert result.jobs_changed == [job.pk]
+    assert apply_snapshot(stored, [], [], [FULL, SPARSE]).jobs_changed == []
