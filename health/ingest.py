@@ -28,6 +28,7 @@ from health.models import (
     ReceivedEventId,
     Severity,
 )
+from portal import live
 
 MAX_EVENTS = 1000
 MAX_MESSAGE = 4000
@@ -482,9 +483,10 @@ def _publish_after_commit(
     def publish() -> None:
         from health.live import publish_events
 
-        publish_events(event_ids)
-        if gpus_changed:
-            publish_nodes([node_id])
+        with live.one_trip():
+            publish_events(event_ids)
+            if gpus_changed:
+                publish_nodes([node_id])
         if incident_ids:
             for listener in list(incident_listeners):
                 listener(incident_ids)

@@ -14,7 +14,8 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 
 from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
@@ -56,10 +57,54 @@ def send_event(group: str, event: dict) -> None:
 def send_events(events: list[tuple[str, dict]]) -> None:
     """Send (group, event) pairs in order, in one trip through the channel layer;
     failures never break a caller."""
+    pending = getattr(_trip, "events", None)
+    if pending is not None:
+        pending.extend(events)
+        return
     try:
         _group_send_many(events)
     except Exception:  # a dead Redis must not fail the request that changed state
         logger.warning("Live updates to %d group(s) not delivered", len(events), exc_info=True)
+
+
+# What `one_trip` holds back, per thread (sync code publishes from on_commit callbacks).
+_trip = threading.local()
+
+
+@contextmanager
+def one_trip() -> Iterator[None]:
+    """Everything sent inside goes through the channel layer in one trip at the end, in
+    order, a poke sent again (same group, same regions) only once, where it was last
+    sent: a page refetches a region once and sees every change made before it.
+
+    Each trip from a worker thread to the layer's loop costs a thread hop; a fault
+    report published five (its event, the node's tile, counts, fleet, node page) and
+    a decision pass five per run it started, hundreds in a storm.
+    """
+    if getattr(_trip, "events", None) is not None:
+        yield  # nested: the outermost trip sends
+        return
+    _trip.events, _trip.regions = [], set()
+    try:
+        yield
+    finally:
+        events, regions = _trip.events, _trip.regions
+        _trip.events = _trip.regions = None
+        for name in sorted(regions):
+            _bump_region(name)
+        send_events(_last_of_each_poke(events))
+
+
+def _last_of_each_poke(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    last: dict[tuple, int] = {}
+    for index, (group, event) in enumerate(events):
+        if event.get("type") == "live.poke":
+            last[(group, tuple(event["regions"]))] = index
+    return [
+        (group, event)
+        for index, (group, event) in enumerate(events)
+        if event.get("type") != "live.poke" or last[(group, tuple(event["regions"]))] == index
+    ]
 
 
 _sending: set[asyncio.Task] = set()
@@ -150,11 +195,15 @@ def poke_many(pokes: Iterable[tuple[str, Iterable[str]]]) -> None:
     """`poke` for many groups at once (the pages of every job a sync cycle changed),
     sent in one trip through the channel layer; failures never break a caller."""
     events = []
+    held = getattr(_trip, "regions", None)
     for group, regions in pokes:
         names = sorted(set(regions))
         if names:
-            for name in names:
-                _bump_region(name)
+            if held is not None:
+                held.update(names)  # bumped once when the trip ends
+            else:
+                for name in names:
+                    _bump_region(name)
             events.append((group, {"type": "live.poke", "regions": names}))
     if events:
         send_events(events)

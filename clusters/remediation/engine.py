@@ -39,6 +39,7 @@ from clusters.remediation.steps import jobs as job_steps
 from clusters.remediation.steps import nodes as node_steps
 from clusters.remediation.steps.fleet import default_validator
 from clusters.remediation.transitions import ALLOWED, RunStatus
+from portal import live
 
 logger = logging.getLogger(__name__)
 
@@ -257,7 +258,8 @@ class Engine:
 
     # ------------------------------------------------------------- recording
     def _finish(self, run, result, row, callbacks, *, context=None) -> None:
-        with transaction.atomic():
+        # A step's publishes (its row, the run, the node, the job pages) in one trip.
+        with live.one_trip(), transaction.atomic():
             self._record_row(run, result, row)
             moved = self._move(run, result, context if context is not None else run.context)
             if moved:

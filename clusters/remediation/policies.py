@@ -35,6 +35,7 @@ from clusters.remediation.services import NodeBusy, create_run
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from health import xid as catalogue
 from health.models import CheckStatus, EventKind, HealthEvent, Incident
+from portal import live
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +274,8 @@ def _decide_in_cluster(
     wanted, decisions, decided = set(mine), [], 0
     deadline = time.monotonic() + DECIDE_FOR_S
     while True:
-        with transaction.atomic():
+        # The runs a pass starts publish after its commit: in one trip (live.one_trip).
+        with live.one_trip(), transaction.atomic():
             # One admission pass at a time per cluster (PostgreSQL row lock), so that two
             # agents reporting at once cannot both slip under the breaker's limit.
             locked = Cluster.objects.select_for_update(skip_locked=not direct)

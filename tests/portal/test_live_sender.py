@@ -90,3 +90,47 @@ def test_many_pokes_reach_their_groups_in_order_and_one_failing_stops_none_else(
         ("job.1.3", {"type": "live.poke", "regions": ["job-3"]}),
     ]
     assert "Live update not delivered to job.1.2" in caplog.text
+
+
+def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_last_sent(
+    monkeypatch,
+):
+    layer = RecordingLayer()
+    trips = []
+    real = live._group_send_many
+    monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(live, "_group_send_many", lambda events: trips.append(1) or real(events))
+    bumped = []
+    monkeypatch.setattr(live, "_bump_region", bumped.append)
+
+    held = []
+
+    def publish() -> None:
+        with live.one_trip():
+            live.send_html("board", "<div id='tile-1'></div>")
+            live.poke("board", ["board-counts"])
+            with live.one_trip():  # nested: sent with the outer trip
+                live.send_html("board", "<div id='tile-2'></div>")
+                live.poke("board", ["board-counts"])
+            live.poke_node_pages(["gpu-01"])
+            held.append((list(layer.sent), list(bumped)))
+
+    # On a thread of its own, as a request's (see the test above).
+    thread = threading.Thread(target=publish)
+    thread.start()
+    thread.join(timeout=10)
+    assert held == [([], [])]
+    assert trips == [1]
+    assert [
+        (group, message.get("html") or message["regions"]) for group, message in layer.sent
+    ] == [
+        ("board", "<div id='tile-1'></div>"),
+        ("board", "<div id='tile-2'></div>"),
+        ("board", ["board-counts"]),
+        ("node.gpu-01", ["node-gpu-01"]),
+    ]
+    assert sorted(bumped) == ["board-counts", "node-gpu-01"]
+    thread = threading.Thread(target=live.poke, args=("board", ["board-counts"]))
+    thread.start()  # after the trip: sent at once again
+    thread.join(timeout=10)
+    assert len(trips) == 2 and bumped[-1] == "board-counts"
