@@ -253,7 +253,8 @@ class Engine:
             started_at=now,
             finished_at=now if finished else None,
         )
-        services.publish_step(row)
+        with live.one_trip():  # the step's row and the pages of the run's jobs
+            services.publish_step(row)
         return row
 
     # ------------------------------------------------------------- recording
