@@ -67,8 +67,10 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
 
 
 # Connections one process may hold (DB_POOL_MAX_SIZE; 0 turns the pool off and keeps a
-# persistent connection per thread for DB_CONN_MAX_AGE seconds).
-DEFAULT_POOL_MAX_SIZE = 4
+# persistent connection per thread for DB_CONN_MAX_AGE seconds). A thread that needs one
+# while all are lent waits for one (up to 30 s), so this is also how many requests of a
+# process reach the database at once; the pool opens them only as they are needed.
+DEFAULT_POOL_MAX_SIZE = 10
 
 
 def database_from_url(url: str | None, sqlite_path: Path) -> dict:

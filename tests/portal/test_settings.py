@@ -46,7 +46,7 @@ def test_a_postgres_url_becomes_a_postgresql_database():
 def test_postgresql_connections_come_from_a_bounded_pool_per_process(monkeypatch):
     monkeypatch.delenv("DB_POOL_MAX_SIZE", raising=False)
     config = database_from_url("postgres://medbay@db/medbay", Path("x"))
-    assert config["OPTIONS"]["pool"]["max_size"] == 4
+    assert config["OPTIONS"]["pool"]["max_size"] == 10
     # Django refuses a pool together with persistent connections.
     assert config["CONN_MAX_AGE"] == 0
     monkeypatch.setenv("DB_POOL_MAX_SIZE", "12")
