@@ -15,7 +15,12 @@ class EqualsAny(Lookup):
 
     def as_sql(self, compiler, connection):
         lhs, params = self.process_lhs(compiler, connection)
-        return f"{lhs} = ANY(%s)", [*params, list(self.rhs)]
+        values = list(self.rhs)
+        if all(type(value) is int for value in values):
+            # Ids, as one array literal: psycopg renders a list of 60,000 ints into the
+            # statement one by one in Python (a tenth of a 12,500-node sync cycle).
+            return f"{lhs} = ANY(%s::bigint[])", [*params, "{" + ",".join(map(str, values)) + "}"]
+        return f"{lhs} = ANY(%s)", [*params, values]
 
 
 def one_of(field: str, values: list) -> Q:
