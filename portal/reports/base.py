@@ -53,6 +53,12 @@ class Report:
     message: str = ""
     notes: list[str] = field(default_factory=list)
 
+    def headline(self) -> list[tuple[str, float | int | str]]:
+        """The summary as a person reads it: (label, value), labelled as the tables head
+        the same figure ("allocated GPU-h"), not by its key in the JSON and CSV."""
+        headings = {key: heading for table in self.tables for key, heading in table.columns}
+        return [(headings.get(key) or readable(key), value) for key, value in self.summary.items()]
+
     def table(self, name: str | None = None) -> Table:
         """The named table, or the report's main (first) table."""
         if not name:
@@ -61,6 +67,20 @@ class Report:
             if table.name == name:
                 return table
         raise KeyError(name)
+
+
+_UNITS = (("_gpu_h", " GPU-h"), ("_pct", " %"), ("_min", " (min)"), ("_h", " (h)"))
+_WORDS = {"gpu": "GPU", "mtbf": "MTBF", "mttr": "MTTR", "ettr": "ETTR", "xid": "XID"}
+
+
+def readable(key: str) -> str:
+    """A summary key as words: `gpu_mtbf_h` -> "GPU MTBF (h)"."""
+    unit = ""
+    for suffix, words in _UNITS:
+        if key.endswith(suffix):
+            key, unit = key.removesuffix(suffix), words
+            break
+    return " ".join(_WORDS.get(word, word) for word in key.split("_")) + unit
 
 
 def hours(seconds: float | None) -> float:

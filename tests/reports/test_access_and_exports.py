@@ -67,6 +67,23 @@ def test_managers_and_admins_see_every_report_with_a_plotly_figure(
         assert not re.search(r'(?:src|href)="(?:https?:)?//', html)
 
 
+@pytest.mark.parametrize("name", ["goodput", "reliability", "utilization"])
+def test_the_headline_figures_are_labelled_in_words_and_the_exports_keep_their_keys(
+    name, manager_client, history
+):
+    history.node("gpu-01", [(0, "idle"), (6, "down")])
+    html = manager_client.get(f"/reports/{name}/", RANGE).content.decode()
+    labels = re.findall(r'<span class="muted">([^<]*)</span>', html.split('class="summary"')[1])
+    assert labels and not any("_" in label for label in labels), labels
+    label, key = {
+        "goodput": ("allocated GPU-h", "allocated_gpu_h"),
+        "reliability": ("GPU MTBF (h)", "gpu_mtbf_h"),
+        "utilization": ("utilization %", "utilization_pct"),
+    }[name]
+    assert label in labels
+    assert key in manager_client.get(f"/api/v1/reports/{name}/", RANGE).json()["summary"]
+
+
 def test_the_page_shows_a_form_error_for_bad_filters_not_a_500(manager_client):
     response = manager_client.get("/reports/", {"start": "2026-13-40", "group_by": "planet"})
     assert response.status_code == 200
