@@ -31,8 +31,14 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Greatest, Lag, Lead, Least
 
-from jobs.models import ACTIVE_JOB_STATES, INTERRUPTION, Job, JobState, JobStateChange
-from jobs.models import INTERRUPTED_STATES as INTERRUPTED
+from jobs.models import (
+    ACTIVE_JOB_STATES,
+    INTERRUPTED_STATES,
+    INTERRUPTION,
+    Job,
+    JobState,
+    JobStateChange,
+)
 from portal.reports.base import NO_DATA, Report, Table, hours, percent, sql_list
 from portal.reports.intervals import (
     Epoch,
@@ -68,8 +74,8 @@ def _keys(fields: list[str], prefix: str) -> dict:
     }
 
 
-def allocated(span: Span, fields: list[str], *, job_ids=None, limit=None) -> dict[tuple, float]:
-    """Allocated GPU-seconds per combination of `fields` values, largest first.
+def allocated(span: Span, fields: list[str], *, job_ids=None) -> dict[tuple, float]:
+    """Allocated GPU-seconds per combination of `fields` values.
 
     By account and user, whole days come from the daily rollups; by job (or for
     `job_ids`) every row is read, as the rollups do not keep jobs apart.
@@ -89,8 +95,6 @@ def allocated(span: Span, fields: list[str], *, job_ids=None, limit=None) -> dic
             names,
             {"gpu_s": "SUM(w * (e_off - s_off))"},
             where="run_state = 'RUNNING' AND e_off > s_off",
-            order_by="gpu_s DESC",
-            limit=limit,
         ):
             key = tuple(row[name] for name in names)
             totals[key] = totals.get(key, 0.0) + (row["gpu_s"] or 0.0)
@@ -187,7 +191,7 @@ def _stops(span: Span, progress):
         checkpoint_at=Case(
             When(
                 reports,
-                to_state__in=INTERRUPTED,
+                to_state__in=INTERRUPTED_STATES,
                 then=Subquery(checkpoint.values("reported_at")[:1]),
             )
         ),
@@ -223,17 +227,15 @@ def losses(
     """Per combination of `fields`: lost and recovery GPU-seconds, interruptions of unknown
     loss, from the histories of the `interrupted` jobs (see interrupted_jobs)."""
     progress = progress_model()
-    if progress is None:
+    if progress is None or not interrupted:
         return {}
     names = [f"g{index}" for index in range(len(fields))]
-    if not interrupted:
-        return {}
     rows = _stops(span, progress).filter(job_id__in=interrupted)
     rows = rows.annotate(**_keys(fields, "job__"))
     if job_ids is not None:
         rows = rows.filter(job__slurm_id__in=job_ids)
     in_range = f"at_off >= 0 AND at_off < {span.data_seconds!r}"
-    stop = f"prev_state = 'RUNNING' AND run_state IN {sql_list(INTERRUPTED)} AND {in_range}"
+    stop = f"prev_state = 'RUNNING' AND run_state IN {sql_list(INTERRUPTED_STATES)} AND {in_range}"
     result = summed(
         rows,
         [*names, "w", "run_state", "prev_state", "at_off", "reported", "lost_s", "recovery_s"],
