@@ -173,9 +173,14 @@ def test_a_job_is_signalled_held_and_released_through_slurmrestd(rest, cli, tmp_
         wait_for(lambda: mark.exists() and mark.read_text().strip() == "got-usr1", 20, "the trap")
         assert cli.job(job_id).state == "RUNNING"
 
-        later = JobSubmission(script="#!/bin/sh\nsleep 60\n", user="alice", workdir=str(shared))
+        # Pending from submission on: an update of its start time after sbatch raced the
+        # scheduler, which had sometimes already started it on a free node.
+        later = JobSubmission(
+            script="#!/bin/sh\n#SBATCH --begin=now+1hour\nsleep 60\n",
+            user="alice",
+            workdir=str(shared),
+        )
         pending = cli.submit_job(later)
-        cli.run(["scontrol", "update", f"jobid={pending}", "starttime=now+1hour"])
         rest.hold_job(pending)
         assert "Priority=0 " in cli.run(["scontrol", "show", "job", str(pending)])
         rest.release_job(pending)
