@@ -25,10 +25,13 @@ PROBLEMS_REGION = "fleet-problems"
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
     """Changed nodes: their board tiles (swapped in by id), the boards' counts, their
-    node pages."""
+    node pages; inside a `live.one_trip`, once for every node changed in it."""
     node_ids = list(node_ids)
-    if not node_ids:
-        return
+    if node_ids:
+        live.gather(_publish_nodes_now, node_ids)
+
+
+def _publish_nodes_now(node_ids: list[int]) -> None:
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
     live.send_html(live.BOARD_GROUP, render_tiles(rows, gpus, oob=True))
     live.poke(live.BOARD_GROUP, [COUNTS_REGION])

@@ -202,12 +202,7 @@ def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> In
         result.duplicates = len(events) - len(fresh)
         if not fresh:
             return result
-        gpu_by_pci = dict(
-            Gpu.objects.filter(node=node).exclude(pci_bus_id="").values_list("pci_bus_id", "index")
-        )
-        for event in fresh:
-            if event["gpu_index"] is None and event["pci"]:
-                event["gpu_index"] = gpu_by_pci.get(event["pci"])
+        _index_by_pci(node, fresh)
         rows, folded = _fold(node, fresh, now)
         incidents, changed = _group_into_incidents(node, rows)
         _save_rows(rows)
@@ -218,6 +213,18 @@ def ingest(node: Node, events: list[dict], *, now: datetime | None = None) -> In
         changed_gpus = _update_gpu_health(node, fresh, now)
         _publish_after_commit(node, rows, result, changed_gpus)
     return result
+
+
+def _index_by_pci(node: Node, events: list[dict]) -> None:
+    """The GPU index of events that name only the GPU's PCI address (XIDs from the kernel)."""
+    unplaced = [event for event in events if event["gpu_index"] is None and event["pci"]]
+    if not unplaced:
+        return
+    gpu_by_pci = dict(
+        Gpu.objects.filter(node=node).exclude(pci_bus_id="").values_list("pci_bus_id", "index")
+    )
+    for event in unplaced:
+        event["gpu_index"] = gpu_by_pci.get(event["pci"])
 
 
 def _claim_event_ids(node: Node, ids: list[str], now: datetime) -> set[str]:
@@ -385,6 +392,7 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> tuple[list[Inc
             "last_event_at"
         )
     }
+    # Keyed by object, as incidents opened here have no id until they are inserted.
     touched: dict[int, Incident] = {}
     headline: dict[int, HealthEvent] = {}
     # What each incident looked like before this batch; None for one it opened.
@@ -396,33 +404,39 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> tuple[list[Inc
                 node=node, gpu_index=row.gpu_index, opened_at=row.observed_at,
                 last_event_at=row.observed_at,
             )  # fmt: skip
-            incident.save()
             open_incidents[row.gpu_index] = incident
-            before[incident.pk] = None
-        before.setdefault(incident.pk, (list(incident.xids), incident.severity))
+            before[id(incident)] = None
+        before.setdefault(id(incident), (list(incident.xids), incident.severity))
         _grow_incident(incident, row)
         if row.severity == incident.severity:
-            headline[incident.pk] = row
-        touched[incident.pk] = incident
+            headline[id(incident)] = row
+        touched[id(incident)] = incident
         row.incident = incident
     # The summary names the latest event at the incident's worst severity; titles are
     # looked up once per incident, not once per event of a large batch.
-    for pk, row in headline.items():
-        touched[pk].summary = row.title[:255]
-    Incident.objects.bulk_update(
-        list(touched.values()), ["last_event_at", "severity", "xids", "event_count", "summary"]
-    )
-    changed = {
-        pk
-        for pk, incident in touched.items()
-        if before[pk] != (list(incident.xids), incident.severity)
-    }
-    if changed:
+    for key, row in headline.items():
+        touched[key].summary = row.title[:255]
+    changed = [
+        incident
+        for key, incident in touched.items()
+        if before[key] != (list(incident.xids), incident.severity)
+    ]
+    for incident in changed:
         # Waiting for the remediation trigger, which decides a storm's many at a time.
-        Incident.objects.filter(pk__in=changed).update(decision_due=True)
-        for pk in changed:
-            touched[pk].decision_due = True
-    return list(touched.values()), changed
+        incident.decision_due = True
+    # Opened ones are inserted complete; the others updated, `decision_due` only where
+    # they changed (another request's pass may be clearing it on the rest meanwhile).
+    Incident.objects.bulk_create([i for i in touched.values() if i.pk is None])
+    grown = ["last_event_at", "severity", "xids", "event_count", "summary"]
+    changed_keys = {id(incident) for incident in changed}
+    existing = [i for key, i in touched.items() if before[key] is not None]
+    Incident.objects.bulk_update(
+        [i for i in existing if id(i) in changed_keys], [*grown, "decision_due"]
+    )
+    Incident.objects.bulk_update([i for i in existing if id(i) not in changed_keys], grown)
+    for row in relevant:
+        row.incident_id = row.incident.pk  # set before its incident was inserted
+    return list(touched.values()), {incident.pk for incident in changed}
 
 
 def _grow_incident(incident: Incident, row: HealthEvent) -> None:
@@ -448,19 +462,19 @@ def _update_gpu_health(node: Node, events: list[dict], now: datetime) -> bool:
         verdicts[index] = (health, reason)
     if not verdicts:
         return False
-    gpus = list(Gpu.objects.filter(node=node, index__in=verdicts))
-    changed = []
-    for gpu in gpus:
-        health, reason = verdicts[gpu.index]
-        if gpu.health == GpuHealth.FAILED and health == GpuHealth.DEGRADED:
-            continue
+    indexes_by_verdict: dict[tuple[str, str], list[int]] = {}
+    for index, (health, reason) in verdicts.items():
+        indexes_by_verdict.setdefault((health, reason[:255]), []).append(index)
+    changed = 0
+    for (health, reason), indexes in indexes_by_verdict.items():
+        gpus = Gpu.objects.filter(node=node, index__in=indexes)
+        if health == GpuHealth.DEGRADED:
+            gpus = gpus.exclude(health=GpuHealth.FAILED)  # a warning never hides a failure
         # A GPU that keeps reporting the same fault has not changed: its time stays, and
         # the board is not re-sent to every browser for each repeat.
-        if (gpu.health, gpu.health_reason) == (health, reason[:255]):
-            continue
-        gpu.health, gpu.health_reason, gpu.health_changed_at = health, reason[:255], now
-        changed.append(gpu)
-    Gpu.objects.bulk_update(changed, ["health", "health_reason", "health_changed_at"])
+        changed += gpus.exclude(health=health, health_reason=reason).update(
+            health=health, health_reason=reason, health_changed_at=now
+        )
     return bool(changed)
 
 

@@ -155,16 +155,20 @@ def publish_step(step: RemediationStep) -> None:
     """The run's page and the pages of the jobs it acted on show the step once committed."""
     run_id = step.remediation_id
     transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, [f"run-{run_id}"]))
-    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run_id))
+    transaction.on_commit(lambda: live.gather(_poke_pages_of_touched_jobs, [run_id]))
 
 
-def _poke_pages_of_touched_jobs(run_id: int) -> None:
-    """The open pages of the jobs this run acted on show its new rows."""
-    touched = RemediationJob.objects.filter(remediation_id=run_id)
-    slurm_ids = set(touched.values_list("slurm_job_id", flat=True))
-    if slurm_ids:
-        run = Remediation.objects.filter(pk=run_id).values_list("node__cluster_id", flat=True)
-        poke_job_pages(run.first(), slurm_ids)
+def _poke_pages_of_touched_jobs(run_ids: list[int]) -> None:
+    """The open pages of the jobs these runs acted on show their new rows (one query for
+    all the runs a decision pass or engine trip changed)."""
+    touched = RemediationJob.objects.filter(remediation_id__in=run_ids).values_list(
+        "remediation__node__cluster_id", "slurm_job_id"
+    )
+    by_cluster: dict[int, set[int]] = {}
+    for cluster_id, slurm_id in touched:
+        by_cluster.setdefault(cluster_id, set()).add(slurm_id)
+    for cluster_id, slurm_ids in by_cluster.items():
+        poke_job_pages(cluster_id, slurm_ids)
 
 
 def _record(run, previous, new, message, actor, now) -> None:
@@ -196,4 +200,4 @@ def _publish_after_commit(run: Remediation) -> None:
     regions, node_name = [RUNS_REGION, f"run-{run.pk}"], run.node.name
     transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, regions))
     transaction.on_commit(lambda: live.poke_node_pages([node_name]))
-    transaction.on_commit(lambda: _poke_pages_of_touched_jobs(run.pk))
+    transaction.on_commit(lambda: live.gather(_poke_pages_of_touched_jobs, [run.pk]))

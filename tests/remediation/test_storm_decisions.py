@@ -18,7 +18,9 @@ from clusters.models import Cluster
 from clusters.remediation import policies
 from clusters.remediation.engine import Engine
 from clusters.remediation.models import BreakerRefusal, BreakerTrip, Remediation
+from health import ingest
 from health.models import Incident
+from portal import live
 from tests.remediation.conftest import ingest_xid
 from tests.waiting import wait_for
 
@@ -93,6 +95,42 @@ def test_an_incident_that_grew_a_new_xid_while_waiting_is_decided_on_all_of_them
     assert run.incident_id == grown and decision.xid == 48
     assert sorted(run.context["xids"]) == [31, 48]
     assert not Incident.objects.filter(decision_due=True).exists()
+
+
+class RecordingLayer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+
+    async def group_send(self, group, message):
+        self.sent.append((group, message))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_that_starts_many_runs_sends_their_nodes_tiles_from_one_read(
+    big_sim, settings, monkeypatch
+):
+    # The breaker lets every run of the storm through: each one changes its node's tile.
+    settings.MEDBAY_BREAKER_MAX_NODES = 20
+    settings.MEDBAY_BREAKER_PARTITION_PCT = 100
+    layer = RecordingLayer()
+    monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+    names = train_nodes(big_sim)
+    reads = []
+    for group in (names[:4], names[4:16]):
+        with monkeypatch.context() as storing:  # stored, their decisions not yet made
+            storing.setattr(ingest, "incident_listeners", [])
+            ids = [ingest_xid(name, 79).incident_ids[0] for name in group]
+        layer.sent.clear()
+        with CaptureQueriesContext(connection) as captured:
+            policies.on_reported(ids[-1:])
+
+        assert Remediation.objects.filter(incident__in=ids).count() == len(group)
+        tiles = [m["html"] for g, m in layer.sent if g == live.BOARD_GROUP and "html" in m]
+        assert len(tiles) == 1, tiles
+        assert all(f'id="node-{name}"' in tiles[0] for name in group)
+        reads.append(sum('FROM "clusters_gpu"' in query["sql"] for query in captured))
+    # 4 runs, then 12: their nodes' GPUs read in the same number of queries.
+    assert reads[0] == reads[1] >= 1, reads
 
 
 @pytest.mark.postgres
