@@ -4,9 +4,10 @@
                           [--engines 4] [--servers 2] [--senders 16] [--deadline 15]
 
 On PostgreSQL (DATABASE_URL, default the `medbay_bench_scale_storm` database, created
-if missing; every cluster in it is deleted first). A simulated cluster of --nodes 8-GPU
-nodes is synced into the database; then --faulty of its training nodes each post one
-XID 79 ("fallen off the bus") with their own node token to
+if missing; every cluster in it is deleted first) and the Redis channel layer (REDIS_URL,
+default redis://127.0.0.1:6379/0; empty for the in-memory layer). A simulated cluster
+of --nodes 8-GPU nodes is synced into the database; then --faulty of its training nodes
+each post one XID 79 ("fallen off the bus") with their own node token to
 `POST /api/v1/health/events/` on --servers daphne processes, spread evenly over
 --within seconds. Ingestion decides each incident after commit (the product's XID 79
 default: replace the node automatically) behind the circuit breaker, whose cluster-wide
@@ -65,6 +66,9 @@ def configure(args) -> None:
     os.environ["MEDBAY_SIM_NODES"] = str(args.nodes)
     os.environ["MEDBAY_SIM_PREFIX"] = PREFIX
     os.environ["MEDBAY_BREAKER_MAX_NODES"] = str(args.cap)
+    # Live updates go through Redis, as in production: the engines' and servers' sends
+    # cost what they would there.
+    os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
     sys.path.insert(0, str(ROOT))
     from _setup import django_setup
 
@@ -334,6 +338,7 @@ def main() -> None:
         "servers": args.servers,
         "seed_s": round(seed_s, 1),
         "db": connection.vendor,
+        "layer": "redis" if os.environ.get("REDIS_URL") else "memory",
         "log": log_path,
     }
     print(json.dumps(figures))

@@ -175,9 +175,30 @@ def _group_send_many(events: list[tuple[str, dict]]) -> None:
         and loop.is_running()
         and not in_loop_thread
     ):
-        asyncio.run_coroutine_threadsafe(_send_all(layer, events), loop).result(timeout=5)
+        asyncio.run_coroutine_threadsafe(_send_all(layer, events), loop).result(SEND_TIMEOUT_S)
         return
-    async_to_sync(_send_all)(layer, events)
+    if isinstance(layer, InMemoryChannelLayer):
+        async_to_sync(_send_all)(layer, events)
+        return
+    # A process without a loop of its own (an engine worker, the sync, a request's
+    # thread) sends through one kept loop: async_to_sync made a loop and a thread per
+    # trip, and the Redis layer a connection per loop, a millisecond a step.
+    future = asyncio.run_coroutine_threadsafe(_send_all(layer, events), _sender_loop())
+    future.result(timeout=SEND_TIMEOUT_S)
+
+
+SEND_TIMEOUT_S = 5
+_sender: asyncio.AbstractEventLoop | None = None
+_sender_lock = threading.Lock()
+
+
+def _sender_loop() -> asyncio.AbstractEventLoop:
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender.is_closed():
+            _sender = asyncio.new_event_loop()
+            threading.Thread(target=_sender.run_forever, name="live-sender", daemon=True).start()
+        return _sender
 
 
 def session_group(session_key: str) -> str:

@@ -134,3 +134,31 @@ def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_
     thread.start()  # after the trip: sent at once again
     thread.join(timeout=10)
     assert len(trips) == 2 and bumped[-1] == "board-counts"
+
+
+def test_a_process_without_a_loop_sends_every_trip_through_one_kept_loop(monkeypatch):
+    # An engine worker or the sync: async_to_sync made a loop and a thread per trip, and
+    # the Redis layer a connection per loop.
+    loops = []
+
+    class LoopRecordingLayer(RecordingLayer):
+        async def group_send(self, group, message):
+            loops.append(asyncio.get_running_loop())
+            await super().group_send(group, message)
+
+    layer = LoopRecordingLayer()
+    monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
+
+    def worker():
+        for n in range(3):
+            live.poke("board", [f"region-{n}"])
+
+    for _ in range(2):
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join(timeout=10)
+
+    assert [message["regions"] for _, message in layer.sent] == [
+        [f"region-{n}"] for n in range(3)
+    ] * 2
+    assert len(set(map(id, loops))) == 1 and loops[0].is_running()
