@@ -29,6 +29,7 @@ from health.models import (
     Severity,
 )
 from portal import live
+from portal.sql import one_of
 
 MAX_EVENTS = 1000
 MAX_MESSAGE = 4000
@@ -239,14 +240,20 @@ def _claim_event_ids(node: Node, ids: list[str], now: datetime) -> set[str]:
     quote = connection.ops.quote_name
     columns = ", ".join(quote(meta.get_field(name).column) for name in RECEIVED_COLUMNS)
     stamp = meta.get_field("received_at").get_db_prep_value(now, connection)
-    values = ", ".join(["(%s, %s, %s)"] * len(ids))
+    if connection.vendor == "postgresql":
+        # The ids as one array: psycopg parses a statement of 1,500 placeholders anew each
+        # time (too long for its cache), 6 ms a batch of 500.
+        values, params = "SELECT %s, unnest(%s::text[]), %s", [node.pk, list(ids), stamp]
+    else:
+        values = "VALUES " + ", ".join(["(%s, %s, %s)"] * len(ids))
+        params = [value for event_id in ids for value in (node.pk, event_id, stamp)]
     # Only quoted names from the model's meta are formatted in; every value is a parameter.
     sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {values}"  # noqa: S608
+        f"INSERT INTO {quote(meta.db_table)} ({columns}) {values}"  # noqa: S608
         f" ON CONFLICT DO NOTHING RETURNING {quote(meta.get_field('event_id').column)}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [value for event_id in ids for value in (node.pk, event_id, stamp)])
+        cursor.execute(sql, params)
         return {event_id for (event_id,) in cursor.fetchall()}
 
 
@@ -282,11 +289,12 @@ def _fold(node: Node, events: list[dict], now: datetime) -> tuple[list[HealthEve
     """
     keys = {id(event): _fold_key(node, event) for event in events}
     earliest = events[0]["observed_at"] - FOLD_WINDOW
+    recent = HealthEvent.objects.filter(node=node, last_observed_at__gte=earliest)
     open_rows = {
         row.fold_key: row
-        for row in HealthEvent.objects.filter(
-            node=node, fold_key__in=set(keys.values()), last_observed_at__gte=earliest
-        ).order_by("last_observed_at")
+        for row in recent.filter(one_of("fold_key", sorted(set(keys.values())))).order_by(
+            "last_observed_at"
+        )
     }
     new_rows, grown, folded = [], {}, 0
     for event in events:

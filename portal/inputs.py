@@ -26,6 +26,10 @@ from rest_framework.parsers import JSONParser, get_encoding
 from rest_framework.utils import json as drf_json
 
 BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+# In JSON text a NUL or a lone surrogate comes escaped (raw, it fails to parse or to
+# decode): a body with neither an escape nor a raw one is not walked value by value
+# (a tenth of the time an agent's batch of 500 events took).
+MAYBE_BAD_TEXT = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 MAX_JSON_DEPTH = 32
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
@@ -133,7 +137,8 @@ class SafeJSONParser(JSONParser):
             data = drf_json.loads(text, parse_constant=parse_constant)
         except (ValueError, RecursionError) as error:
             raise exceptions.ParseError(f"JSON parse error - {error}") from None
-        check_json_text(data)
+        if MAYBE_BAD_TEXT.search(text) or BAD_TEXT.search(text):
+            check_json_text(data)
         return data
 
 

@@ -267,8 +267,11 @@ def _bump_region(name: str) -> None:
     """A new version of the region: renderings of the old one are not served again."""
     key = REGION_VERSION_KEY.format(name)
     try:
-        cache.add(key, 0, None)
-        cache.incr(key)
+        try:
+            cache.incr(key)
+        except ValueError:  # never bumped, or evicted: counted from 0 (versions only grow)
+            cache.add(key, 0, None)
+            cache.incr(key)
     except Exception:  # a cache outage must not stop the live update itself
         logger.warning("Region version of %s not bumped", name, exc_info=True)
 

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "portal.roles",
             "portal.live",
             "portal.inputs",
+            "portal.sql",
             "health.xid",
             "health.agent*",
             "health.parsers*",

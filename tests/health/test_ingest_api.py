@@ -88,6 +88,18 @@ def test_resending_a_batch_counts_nothing_twice(tokens):
     assert sum(HealthEvent.objects.values_list("count", flat=True)) == 2
 
 
+def test_ids_an_array_literal_could_misread_are_each_claimed_once(tokens):
+    # On PostgreSQL a batch's ids travel as one text[] parameter, where an unquoted NULL
+    # would be no id at all; ids allow letters, digits, '.', '_', ':' and '-' only.
+    ids = ["NULL", "null", "a.b", "c:d", "-e-", "1", "01", "x" * 128]
+    events = [xid_event(event_id, code=13, message=f"m{n}") for n, event_id in enumerate(ids)]
+    client = agent(tokens["gpu-01"])
+    assert post(client, "gpu-01", events).json()["accepted"] == len(ids)
+    again = post(client, "gpu-01", events).json()
+    assert (again["accepted"], again["duplicates"]) == (0, len(ids))
+    assert HealthEvent.objects.count() == len(ids)
+
+
 def test_identical_repeats_fold_into_one_event_with_a_count(tokens):
     now = timezone.now()
     storm = [

@@ -110,6 +110,8 @@ BODIES = {
     "lone surrogate": '{"node": "\\ud800", "events": []}',
     "NUL in a value": '{"node": "gpu\\u0000", "events": []}',
     "NUL in a key": '{"no\\u0000de": "gpu-01", "events": []}',
+    "upper-case low surrogate deep in a list": '{"events": [{"data": ["ok", "\\uDFFF"]}]}',
+    "NUL among escapes that are fine": '{"node": "\\u00e9\\u2603\\\\u0000\\u0000"}',
 }
 
 
