@@ -29,7 +29,7 @@ from health.models import (
     Severity,
 )
 from portal import live
-from portal.sql import one_of
+from portal.sql import bulk_write, one_of
 
 MAX_EVENTS = 1000
 MAX_MESSAGE = 4000
@@ -322,7 +322,7 @@ def _save_rows(rows: list[HealthEvent]) -> None:
         _copy_rows(new)
     else:
         HealthEvent.objects.bulk_create(new)
-    HealthEvent.objects.bulk_update(grown, ["count", "last_observed_at", "incident"])
+    bulk_write(HealthEvent, grown, ["count", "last_observed_at", "incident"])
 
 
 def _copy_rows(rows: list[HealthEvent]) -> None:
@@ -438,10 +438,8 @@ def _group_into_incidents(node: Node, rows: list[HealthEvent]) -> tuple[list[Inc
     grown = ["last_event_at", "severity", "xids", "event_count", "summary"]
     changed_keys = {id(incident) for incident in changed}
     existing = [i for key, i in touched.items() if before[key] is not None]
-    Incident.objects.bulk_update(
-        [i for i in existing if id(i) in changed_keys], [*grown, "decision_due"]
-    )
-    Incident.objects.bulk_update([i for i in existing if id(i) not in changed_keys], grown)
+    bulk_write(Incident, [i for i in existing if id(i) in changed_keys], [*grown, "decision_due"])
+    bulk_write(Incident, [i for i in existing if id(i) not in changed_keys], grown)
     for row in relevant:
         row.incident_id = row.incident.pk  # set before its incident was inserted
     return list(touched.values()), {incident.pk for incident in changed}

@@ -19,9 +19,8 @@ from django.db.models.functions import Cast, Coalesce
 
 from clusters.backends.base import JobInfo
 from clusters.models import Cluster
-from clusters.sync.sql import bulk_write
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobStateChange
-from portal.sql import one_of
+from portal.sql import bulk_write, one_of
 
 JOB_FIELDS = (
     "name",

@@ -10,8 +10,7 @@ from clusters import holders
 from clusters.backends.base import NodeInfo, PartitionInfo
 from clusters.models import Cluster, Gpu, Node, NodePool, NodeStateChange, NodeStatus, Partition
 from clusters.status import POOL_FOR_PARTITION, board_status
-from clusters.sync.sql import bulk_write
-from portal.sql import one_of
+from portal.sql import bulk_write, one_of
 
 NODE_FIELDS = (
     "state",
