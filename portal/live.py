@@ -269,7 +269,7 @@ def _bump_region(name: str) -> None:
     try:
         try:
             cache.incr(key)
-        except ValueError:  # never bumped, or evicted: counted from 0 (versions only grow)
+        except ValueError:  # never bumped (or evicted): counted from 0
             cache.add(key, 0, None)
             cache.incr(key)
     except Exception:  # a cache outage must not stop the live update itself
