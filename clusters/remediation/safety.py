@@ -27,6 +27,7 @@ from clusters.remediation.models import (
 )
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from health.models import Incident, Severity
+from portal.sql import one_of
 
 # Actions that take a node out of scheduling; notify and restart_app do not.
 DRAINING_ACTIONS = tuple(
@@ -96,7 +97,11 @@ class BreakerLedger:
         self._suppressed: dict[int, int] = {}
 
     def _load(self) -> None:
-        runs = _draining_runs(self.exclude_run).filter(node__cluster_id=self.cluster_id)
+        # No join from the runs to the cluster's nodes or partitions in SQL: the runs are
+        # few (active ones, or the window's), and with such a join PostgreSQL planned from
+        # the nodes (12,500) whenever its statistics had not seen the cluster yet: 12 ms a
+        # query instead of 1, for every report of a storm on a newly added cluster.
+        runs = _draining_runs(self.exclude_run)
         through = Node.partitions.through
         memberships = through.objects.filter(node_id__in=self.node_ids).values_list(
             "node_id", "partition_id", "partition__name"
@@ -113,9 +118,13 @@ class BreakerLedger:
             .values_list("pk", "total")
         )
         self.busy: dict[int, set[int]] = {pk: set() for pk in wanted}
-        active = runs.filter(status__in=[str(s) for s in ACTIVE], node__partitions__in=wanted)
-        for node_id, partition_id in active.values_list("node_id", "node__partitions"):
-            self.busy[partition_id].add(node_id)
+        # The active runs first (a partial index holds them), then their nodes' places.
+        active = runs.filter(status__in=[str(s) for s in ACTIVE])
+        busy_nodes = sorted(set(active.values_list("node_id", flat=True)))
+        if busy_nodes and wanted:
+            places = through.objects.filter(one_of("node_id", busy_nodes), partition_id__in=wanted)
+            for node_id, partition_id in places.values_list("node_id", "partition_id"):
+                self.busy[partition_id].add(node_id)
         # A run that is waiting for, or was refused, approval took no node out, nor
         # did one cancelled before its first step. A started one counts before it
         # has written a step: a storm is caught before the engine gets to it.
@@ -125,7 +134,11 @@ class BreakerLedger:
             .filter(~Q(status=RunStatus.CANCELLED) | Q(steps__isnull=False))
             .exclude(trigger=Trigger.ADMIN)
         )
-        self.recent = set(recent.values_list("node_id", flat=True).distinct())
+        self.recent = {
+            node_id
+            for node_id, cluster_id in recent.values_list("node_id", "node__cluster_id")
+            if cluster_id == self.cluster_id
+        }
         self._read = True
 
     def reason(self, node_id: int) -> tuple[str, str] | None:

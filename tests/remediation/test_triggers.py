@@ -220,3 +220,26 @@ def test_runs_refused_or_still_awaiting_approval_do_not_count_towards_the_breake
     with django_capture_on_commit_callbacks(execute=True):
         ingest_xid(names[10], 79)
     assert Remediation.objects.get(node__name=names[10]).action == Action.REPLACE
+
+
+def test_runs_in_another_cluster_count_towards_that_clusters_breaker_only(
+    big_sim, django_capture_on_commit_callbacks
+):
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.models import Cluster
+    from clusters.remediation.services import create_run
+    from clusters.sync import apply_snapshot
+
+    other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
+    elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")
+    apply_snapshot(elsewhere, other.partitions(), other.nodes(), other.jobs())
+    taken = Node.objects.filter(cluster=elsewhere, partitions__name="train").order_by("name")
+    for node in taken[: safety.max_nodes()]:  # that cluster's own limit, reached
+        create_run(node, Action.REPLACE, trigger=Trigger.POLICY, reason="XID 79")
+    assert safety.breaker_blocks(taken[safety.max_nodes()]) != ""
+
+    names = sorted(info.name for info in big_sim.nodes() if "train" in info.partitions)
+    assert safety.breaker_blocks(Node.objects.get(name=names[0])) == ""
+    with django_capture_on_commit_callbacks(execute=True):
+        ingest_xid(names[0], 79)
+    assert Remediation.objects.get(node__name=names[0]).action == Action.REPLACE
