@@ -283,13 +283,7 @@ def _decide_in_cluster(
                 break
             ours = Incident.objects.filter(pk__in=mine, node__cluster_id=cluster_id)
             batch = list(_with_runs(ours if direct else ours.filter(decision_due=True)))
-            # Ids first: the query with the run annotations costs more to plan than to run.
-            waiting = Incident.objects.filter(node__cluster_id=cluster_id, decision_due=True)
-            others = list(
-                waiting.exclude(pk__in=mine)
-                .order_by("pk")
-                .values_list("pk", flat=True)[: max(0, DECIDE_BATCH - len(batch))]
-            )
+            others = _waiting_in(cluster_id, mine)[: max(0, DECIDE_BATCH - len(batch))]
             if others:
                 batch += list(_with_runs(Incident.objects.filter(pk__in=others)))
             if not batch:
@@ -303,6 +297,20 @@ def _decide_in_cluster(
             break
         mine, direct = [], False
     return decisions, decided
+
+
+def _waiting_in(cluster_id: int, mine: list[int]) -> list[int]:
+    """Ids of the cluster's other incidents waiting for a decision, oldest first.
+
+    Ids only: the query with the run annotations costs more to plan than to run. Every
+    waiting incident is read (a partial index holds them) and the cluster's kept here:
+    joined to the cluster's nodes in SQL, PostgreSQL planned from the nodes (12,500)
+    whenever its statistics had not seen the cluster yet, 6 ms a pass.
+    """
+    waiting = Incident.objects.filter(decision_due=True).exclude(pk__in=mine).order_by("pk")
+    return [
+        pk for pk, cluster in waiting.values_list("pk", "node__cluster_id") if cluster == cluster_id
+    ]
 
 
 def _decide_each(incidents: list[Incident], policies: dict, batch: _Batch) -> list[Decision]:

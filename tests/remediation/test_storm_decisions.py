@@ -97,6 +97,26 @@ def test_an_incident_that_grew_a_new_xid_while_waiting_is_decided_on_all_of_them
     assert not Incident.objects.filter(decision_due=True).exists()
 
 
+def test_a_pass_decides_only_its_own_clusters_waiting_incidents(
+    big_sim, django_capture_on_commit_callbacks
+):
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.sync import apply_snapshot
+
+    other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
+    elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")
+    apply_snapshot(elsewhere, other.partitions(), other.nodes(), other.jobs())
+    theirs = report_without_deciding(train_nodes(other)[:3], django_capture_on_commit_callbacks)
+    ours = report_without_deciding(train_nodes(big_sim)[:3], django_capture_on_commit_callbacks)
+
+    policies.on_incidents(ours[:1])
+
+    assert decided_exactly_once(ours)
+    assert Incident.objects.filter(pk__in=theirs, decision_due=True).count() == 3
+    policies.decide_due()  # the engine's sweep: their own cluster's pass
+    assert decided_exactly_once([*ours, *theirs])
+
+
 class RecordingLayer:
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict]] = []
