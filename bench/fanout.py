@@ -2,7 +2,8 @@
 
     python bench/fanout.py --clients 200 [--workers 1] [--rounds 3]
 
-Starts daphne worker(s) on the Redis channel layer, connects logged-in
+Starts daphne worker(s) on the Redis channel layer (CHANNEL_LAYER: lists, the
+default, or pubsub), connects logged-in
 websocket clients, changes one node and measures, per client, the time from the
 change to the fragment's arrival. Uses PostgreSQL (the database is created when
 missing) unless DATABASE_URL says otherwise or PostgreSQL is not running, because
@@ -187,7 +188,7 @@ def main() -> None:
                 "delivered": round(delivered, 4),
                 "latency_ms_p50": round(percentile(latencies, 50), 1) if latencies else None,
                 "latency_ms_p95": round(percentile(latencies, 95), 1) if latencies else None,
-                "layer": "redis" if settings.REDIS_URL else "memory",
+                "layer": f"redis-{settings.CHANNEL_LAYER}" if settings.REDIS_URL else "memory",
                 "db": connection.vendor,
                 "worker_log": str(log_name),
             }

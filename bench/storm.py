@@ -277,6 +277,7 @@ def start_engines(count: int, log) -> list[subprocess.Popen]:
 def main() -> None:
     args = parse_args()
     configure(args)
+    from django.conf import settings
     from django.db import connection
 
     from clusters.remediation.models import BreakerRefusal, Remediation
@@ -338,7 +339,7 @@ def main() -> None:
         "servers": args.servers,
         "seed_s": round(seed_s, 1),
         "db": connection.vendor,
-        "layer": "redis" if os.environ.get("REDIS_URL") else "memory",
+        "layer": f"redis-{settings.CHANNEL_LAYER}" if settings.REDIS_URL else "memory",
         "log": log_path,
     }
     print(json.dumps(figures))

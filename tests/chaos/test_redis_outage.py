@@ -25,10 +25,13 @@ pytestmark = pytest.mark.integration
 LIVE_TIMEOUT_S = 10
 
 
-@pytest.fixture
-def portal(private_redis, tmp_path):
+# Both of channels_redis's layers (settings.CHANNEL_LAYER): lists, the default, and
+# pub/sub.
+@pytest.fixture(params=["lists", "pubsub"])
+def portal(request, private_redis, tmp_path):
     database = ServerDatabase.create(tmp_path)
-    server = ChaosPortal(database, tmp_path, extra_env={"REDIS_URL": private_redis.url})
+    layer = {"REDIS_URL": private_redis.url, "CHANNEL_LAYER": request.param}
+    server = ChaosPortal(database, tmp_path, extra_env=layer)
     try:
         server.users = server.seed(nodes=8)
         server.start()

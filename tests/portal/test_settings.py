@@ -76,3 +76,28 @@ def test_typed_readers_name_the_variable_in_their_errors(monkeypatch):
         env_bool("MEDBAY_X")
     monkeypatch.setenv("MEDBAY_X", "12")
     assert env_int("MEDBAY_X", 1) == 12
+
+
+def channel_layer_with(**env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("CHANNEL_LAYER", "REDIS_URL")}
+    show = "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])"
+    return subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", show],
+        cwd=ROOT,
+        env={**clean, "DEBUG": "true", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_channel_layer_is_redis_lists_unless_pubsub_is_asked_for():
+    redis = "redis://127.0.0.1:6379/0"
+    assert channel_layer_with(REDIS_URL=redis).stdout.strip().endswith("core.RedisChannelLayer")
+    pubsub = channel_layer_with(REDIS_URL=redis, CHANNEL_LAYER="pubsub").stdout.strip()
+    assert pubsub.endswith("pubsub.RedisPubSubChannelLayer")
+    # Without Redis there is one process: the in-memory layer, whatever is asked.
+    alone = channel_layer_with(CHANNEL_LAYER="pubsub").stdout.strip()
+    assert alone.endswith("InMemoryChannelLayer")
+    wrong = channel_layer_with(REDIS_URL=redis, CHANNEL_LAYER="kafka")
+    assert wrong.returncode != 0 and "CHANNEL_LAYER must be one of lists, pubsub" in wrong.stderr
