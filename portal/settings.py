@@ -133,8 +133,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = env_str("REDIS_URL")
 # channels_redis's two layers: "lists" (each message pushed to each socket's list, read
 # back one by one) or "pubsub" (one PUBLISH per group, each process handing it to its
-# own sockets: 1,000 boards on two processes got a change in p95 178-260 ms against 374-446
-# ms; channels_redis still calls that layer beta). README, "Sizing".
+# own sockets: 1,000 boards on two processes got a change in p95 178-385 ms against
+# 374-511 ms on lists; channels_redis still calls that layer beta). README, "Sizing".
 CHANNEL_LAYER = env_choice("CHANNEL_LAYER", "lists", ("lists", "pubsub"))
 if REDIS_URL and CHANNEL_LAYER == "pubsub":
     CHANNEL_LAYERS = {
