@@ -154,6 +154,9 @@ elif REDIS_URL:
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                 "capacity": 1500,
                 "expiry": 10,
+                # A socket renews its groups every 15 minutes (portal.consumers);
+                # one left behind by a stopped process is forgotten within the hour.
+                "group_expiry": 3600,
             },
         }
     }

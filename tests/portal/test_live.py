@@ -142,6 +142,33 @@ async def test_a_live_channel_that_fails_closes_with_try_again_later_not_a_500(
         channel_layers.backends.clear()
 
 
+async def test_an_open_socket_stays_in_its_groups_past_the_layers_group_expiry(
+    researcher, settings, monkeypatch
+):
+    from channels.layers import channel_layers
+
+    from portal import consumers
+
+    # The layer forgets members after a second; the socket renews every 0.2 s.
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"group_expiry": 1},
+        }
+    }
+    channel_layers.backends.clear()
+    monkeypatch.setattr(consumers, "GROUP_RENEW_S", 0.2)
+    try:
+        comm = communicator(researcher)
+        assert (await comm.connect())[0]
+        await asyncio.sleep(1.5)  # the time the expiry is about, not a wait for a state
+        await channel_layers["default"].group_send("board", {"type": "live.html", "html": "<p>"})
+        assert await comm.receive_from(timeout=2) == "<p>"
+        await comm.disconnect()
+    finally:
+        channel_layers.backends.clear()
+
+
 def test_a_region_is_rendered_once_per_version_for_viewers_who_see_it_alike(admin_user, manager):
     from django.db import connection
     from django.test import Client
