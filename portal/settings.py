@@ -136,22 +136,23 @@ REDIS_URL = env_str("REDIS_URL")
 # own sockets: 1,000 boards on two processes got a change in p95 178-385 ms against
 # 374-511 ms on lists; channels_redis still calls that layer beta). README, "Sizing".
 CHANNEL_LAYER = env_choice("CHANNEL_LAYER", "lists", ("lists", "pubsub"))
+# redis-py 8 reads with a 5 s socket timeout by default, exactly the 5 s that the list
+# layer blocks in BZPOPMIN waiting for a message: a quiet spell then raised TimeoutError
+# and closed every socket with 1011.
+REDIS_LAYER_HOSTS = [{"address": REDIS_URL, "socket_timeout": 30}]
 if REDIS_URL and CHANNEL_LAYER == "pubsub":
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}]},
+            "CONFIG": {"hosts": REDIS_LAYER_HOSTS},
         }
     }
 elif REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # redis-py 8 reads with a 5 s socket timeout by default, exactly the 5 s
-            # that channels_redis blocks in BZPOPMIN waiting for a message: a quiet
-            # spell then raised TimeoutError and closed every socket with 1011.
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "hosts": REDIS_LAYER_HOSTS,
                 "capacity": 1500,
                 "expiry": 10,
                 # A socket renews its groups every 15 minutes (portal.consumers);

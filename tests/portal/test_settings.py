@@ -11,16 +11,21 @@ from portal.env import database_from_url, env_bool, env_int
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_check(**env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "DEBUG")}
+def run_manage(*args: str, unset=(), **env) -> subprocess.CompletedProcess:
+    """`manage.py ARGS` in a process of its own, without the UNSET variables, with ENV."""
+    clean = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", *args],
         cwd=ROOT,
         env={**clean, **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def run_check(**env) -> subprocess.CompletedProcess:
+    return run_manage("check", unset=("SECRET_KEY", "DEBUG"), **env)
 
 
 def test_debug_off_without_a_secret_key_refuses_to_start_with_a_clear_message():
@@ -79,15 +84,9 @@ def test_typed_readers_name_the_variable_in_their_errors(monkeypatch):
 
 
 def channel_layer_with(**env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("CHANNEL_LAYER", "REDIS_URL")}
     show = "from django.conf import settings; print(settings.CHANNEL_LAYERS['default']['BACKEND'])"
-    return subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", show],
-        cwd=ROOT,
-        env={**clean, "DEBUG": "true", **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    return run_manage(
+        "shell", "-c", show, unset=("CHANNEL_LAYER", "REDIS_URL"), **{"DEBUG": "true", **env}
     )
 
 
