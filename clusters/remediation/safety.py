@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from clusters.models import Node, Partition
@@ -23,11 +23,11 @@ from clusters.remediation.models import (
     BreakerRefusal,
     BreakerTrip,
     Remediation,
+    RemediationStep,
     Trigger,
 )
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from health.models import Incident, Severity
-from portal.sql import one_of
 
 # Actions that take a node out of scheduling; notify and restart_app do not.
 DRAINING_ACTIONS = tuple(
@@ -112,26 +112,33 @@ class BreakerLedger:
         for names in self.partitions_of.values():
             names.sort()
         wanted = {pk for names in self.partitions_of.values() for _, pk in names}
-        self.totals = dict(
-            Partition.objects.filter(pk__in=wanted)
-            .annotate(total=Count("nodes"))
-            .values_list("pk", "total")
+        # Per wanted partition, its nodes and how many of them an active run holds (one
+        # active run per node, so a count), in one read of the partitions' memberships.
+        active = runs.filter(status__in=[str(s) for s in ACTIVE]).values("node_id")
+        counts = (
+            through.objects.filter(partition_id__in=wanted)
+            .order_by()
+            .values("partition_id")
+            .annotate(
+                total=Count("node_id"),
+                busy=Count("node_id", filter=Q(node_id__in=Subquery(active))),
+            )
+            .values_list("partition_id", "total", "busy")
         )
-        self.busy: dict[int, set[int]] = {pk: set() for pk in wanted}
-        # The active runs first (a partial index holds them), then their nodes' places.
-        active = runs.filter(status__in=[str(s) for s in ACTIVE])
-        busy_nodes = sorted(set(active.values_list("node_id", flat=True)))
-        if busy_nodes and wanted:
-            places = through.objects.filter(one_of("node_id", busy_nodes), partition_id__in=wanted)
-            for node_id, partition_id in places.values_list("node_id", "partition_id"):
-                self.busy[partition_id].add(node_id)
+        self.totals: dict[int, int] = {}
+        self.busy: dict[int, int] = dict.fromkeys(wanted, 0)
+        if wanted:
+            for partition_id, total, busy in counts:
+                self.totals[partition_id], self.busy[partition_id] = total, busy
         # A run that is waiting for, or was refused, approval took no node out, nor
         # did one cancelled before its first step. A started one counts before it
         # has written a step: a storm is caught before the engine gets to it.
+        # (Exists, not a join to the steps: that returned a row per step.)
+        has_steps = Exists(RemediationStep.objects.filter(remediation=OuterRef("pk")))
         recent = (
             runs.filter(created_at__gte=timezone.now() - window())
             .exclude(status__in=NEVER_ACTED)
-            .filter(~Q(status=RunStatus.CANCELLED) | Q(steps__isnull=False))
+            .exclude(Q(status=RunStatus.CANCELLED) & ~has_steps)
             .exclude(trigger=Trigger.ADMIN)
         )
         self.recent = {
@@ -146,7 +153,7 @@ class BreakerLedger:
         if not self._read:
             self._load()
         for name, partition_id in self.partitions_of.get(node_id, []):
-            total, busy = self.totals.get(partition_id, 0), len(self.busy[partition_id])
+            total, busy = self.totals.get(partition_id, 0), self.busy[partition_id]
             if busy >= partition_cap(total):
                 return name, (
                     f"{busy} of {total} nodes in partition {name} are already in "
@@ -195,7 +202,7 @@ class BreakerLedger:
         if not self._read or run.action not in DRAINING_ACTIONS or run.dry_run:
             return
         for _, partition_id in self.partitions_of.get(run.node_id, []):
-            self.busy[partition_id].add(run.node_id)
+            self.busy[partition_id] += 1
         if run.status not in NEVER_ACTED and run.trigger != Trigger.ADMIN:
             self.recent.add(run.node_id)
 

@@ -101,7 +101,7 @@ def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_
     monkeypatch.setattr(live, "get_channel_layer", lambda: layer)
     monkeypatch.setattr(live, "_group_send_many", lambda events: trips.append(1) or real(events))
     bumped = []
-    monkeypatch.setattr(live, "_bump_region", bumped.append)
+    monkeypatch.setattr(live, "_bump_regions", bumped.extend)
 
     held = []
 
