@@ -8,6 +8,7 @@ import logging
 import re
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import DatabaseError
@@ -170,6 +171,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             groups += (live.session_group(session.session_key),)
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        await sync_to_async(live.note_watched, thread_sensitive=False)(groups)
         self.groups_joined = groups
         self.renewer = asyncio.create_task(self._renew_groups())
         await self.accept()
@@ -180,6 +182,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             try:
                 for group in self.groups_joined:
                     await self.channel_layer.group_add(group, self.channel_name)
+                await sync_to_async(live.note_watched, thread_sensitive=False)(self.groups_joined)
             except Exception:  # Redis away: tried again next time, the socket stays open
                 logger.warning("Live socket's groups not renewed", exc_info=True)
 
