@@ -76,8 +76,8 @@ _trip = threading.local()
 @contextmanager
 def one_trip() -> Iterator[None]:
     """Everything sent inside goes through the channel layer in one trip at the end, in
-    order, a poke sent again (same group, same regions) only once, where it was last
-    sent: a page refetches a region once and sees every change made before it.
+    order, each group's pokes as one naming all their regions, where the group's last
+    poke was sent: a page refetches a region once and sees every change made before it.
 
     Each trip from a worker thread to the layer's loop costs a thread hop; a fault
     report published five (its event, the node's tile, counts, fleet, node page) and
@@ -100,7 +100,7 @@ def one_trip() -> Iterator[None]:
             events, regions = _trip.events, _trip.regions
             _trip.events = _trip.regions = _trip.gathered = None
             _bump_regions(sorted(regions))
-            send_events(_last_of_each_poke(events))
+            send_events(_one_poke_per_group(events))
 
 
 def gather(publisher: Callable[[list], None], items: Iterable) -> None:
@@ -121,16 +121,22 @@ def _publish_gathered(publisher: Callable[[list], None], items: list) -> None:
         logger.warning("Live update by %s not published", publisher.__qualname__, exc_info=True)
 
 
-def _last_of_each_poke(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    last: dict[tuple, int] = {}
+def _one_poke_per_group(events: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    # A decision pass that starts 300 runs pokes the run lists' group for each: every
+    # admin's socket got 300 messages, and pushed the run list 300 times.
+    regions: dict[str, set[str]] = {}
+    last: dict[str, int] = {}
     for index, (group, event) in enumerate(events):
         if event.get("type") == "live.poke":
-            last[(group, tuple(event["regions"]))] = index
-    return [
-        (group, event)
-        for index, (group, event) in enumerate(events)
-        if event.get("type") != "live.poke" or last[(group, tuple(event["regions"]))] == index
-    ]
+            regions.setdefault(group, set()).update(event["regions"])
+            last[group] = index
+    merged = []
+    for index, (group, event) in enumerate(events):
+        if event.get("type") != "live.poke":
+            merged.append((group, event))
+        elif last[group] == index:
+            merged.append((group, {**event, "regions": sorted(regions[group])}))
+    return merged
 
 
 _sending: set[asyncio.Task] = set()

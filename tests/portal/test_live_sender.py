@@ -92,7 +92,7 @@ def test_many_pokes_reach_their_groups_in_order_and_one_failing_stops_none_else(
     assert "Live update not delivered to job.1.2" in caplog.text
 
 
-def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_last_sent(
+def test_what_one_trip_holds_goes_out_in_order_with_each_groups_pokes_as_one_where_last_sent(
     monkeypatch,
 ):
     layer = RecordingLayer()
@@ -112,7 +112,9 @@ def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_
             with live.one_trip():  # nested: sent with the outer trip
                 live.send_html("board", "<div id='tile-2'></div>")
                 live.poke("board", ["board-counts"])
+            live.poke("remediation", ["run-1", "runs"])
             live.poke_node_pages(["gpu-01"])
+            live.poke("remediation", ["run-2", "runs"])  # a pass's second run
             held.append((list(layer.sent), list(bumped)))
 
     # On a thread of its own, as a request's (see the test above).
@@ -128,8 +130,9 @@ def test_what_one_trip_holds_goes_out_in_order_once_with_each_poke_where_it_was_
         ("board", "<div id='tile-2'></div>"),
         ("board", ["board-counts"]),
         ("node.gpu-01", ["node-gpu-01"]),
+        ("remediation", ["run-1", "run-2", "runs"]),
     ]
-    assert sorted(bumped) == ["board-counts", "node-gpu-01"]
+    assert sorted(bumped) == ["board-counts", "node-gpu-01", "run-1", "run-2", "runs"]
     thread = threading.Thread(target=live.poke, args=("board", ["board-counts"]))
     thread.start()  # after the trip: sent at once again
     thread.join(timeout=10)
