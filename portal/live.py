@@ -365,7 +365,7 @@ def note_watched(groups: Iterable[str]) -> None:
             return
         key, now = cache.make_and_validate_key(WATCHED_KEY), time.time()
         with client.pipeline(transaction=False) as pipeline:
-            pipeline.zadd(key, dict.fromkeys(pages, now + WATCH_FOR_S), gt=True)
+            pipeline.zadd(key, dict.fromkeys(pages, now + WATCH_FOR_S))
             pipeline.zremrangebyscore(key, "-inf", now)  # lapsed: their sockets are gone
             pipeline.execute()
     except Exception:  # then its page is sent to as before: see _unwatched
@@ -383,7 +383,13 @@ def _unwatched(groups: Iterable[str]) -> set[str]:
         client = _redis_client()
         if client is None:
             return set()
-        until = client.zmscore(cache.make_and_validate_key(WATCHED_KEY), pages)
+        key = cache.make_and_validate_key(WATCHED_KEY)
+        # ZSCOREs in a pipeline, not ZMSCORE: that needs Redis 6.2, and Debian 11 and
+        # Ubuntu 22.04 ship 6.0.
+        with client.pipeline(transaction=False) as pipeline:
+            for group in pages:
+                pipeline.zscore(key, group)
+            until = pipeline.execute()
     except Exception:
         logger.warning("Watched page groups unknown; sending to all", exc_info=True)
         return set()
