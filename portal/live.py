@@ -346,7 +346,7 @@ def job_page_group(cluster_id: int, slurm_id: int) -> str:
 
 # Which pages of one job or one node are open. A sync cycle of a large cluster changes
 # thousands of jobs that nobody has open, and each send to a group costs the Redis
-# layer two round trips whether or not a socket is in it (0.6 s of a 60,000-job
+# layer two round trips whether or not a socket is in it (0.5 s of a 60,000-job
 # cycle). A socket notes here the page groups it joins, until when (renewed with its
 # groups, portal.consumers); only groups someone watches are sent to.
 PAGE_GROUP_PREFIXES = ("job.", "node.")
