@@ -356,19 +356,25 @@ WATCHED_KEY = "medbay:watched-page-groups"
 WATCH_FOR_S = 3600
 
 
+def _page_groups(groups: Iterable[str]) -> list[str]:
+    return sorted({group for group in groups if group.startswith(PAGE_GROUP_PREFIXES)})
+
+
 def note_watched(groups: Iterable[str]) -> None:
     """A socket joined GROUPS: its page groups are watched for the next hour."""
-    pages = sorted({group for group in groups if group.startswith(PAGE_GROUP_PREFIXES)})
+    pages = _page_groups(groups)
+    if not pages:  # a board's or a list's socket: nothing to note
+        return
     try:
         client = _redis_client()
-        if client is None or not pages:
+        if client is None:
             return
         key, now = cache.make_and_validate_key(WATCHED_KEY), time.time()
         with client.pipeline(transaction=False) as pipeline:
             pipeline.zadd(key, dict.fromkeys(pages, now + WATCH_FOR_S))
             pipeline.zremrangebyscore(key, "-inf", now)  # lapsed: their sockets are gone
             pipeline.execute()
-    except Exception:  # then its page is sent to as before: see _unwatched
+    except Exception:  # noted again when the socket next renews its groups
         logger.warning("Watched page groups not noted", exc_info=True)
 
 
@@ -376,7 +382,7 @@ def _unwatched(groups: Iterable[str]) -> set[str]:
     """The page groups among GROUPS that no socket watches, in one round trip; none
     where that cannot be known (another cache, Redis away): a send too many costs
     little, a page left stale costs its reader."""
-    pages = sorted({group for group in groups if group.startswith(PAGE_GROUP_PREFIXES)})
+    pages = _page_groups(groups)
     if not pages:
         return set()
     try:
