@@ -91,6 +91,7 @@ def node_detail(request, name: str):
         "changes": node.state_changes.all()[:50],
         "health_events": recent_events_for_node(node),
         "runs": node.remediations.select_related("requested_by")[:20],
+        "undecidable": node.incidents.exclude(decision_error="").order_by("-pk")[:10],
         "node_actions": action_menu(node) if is_admin(request.user) else [],
     }
     return render(request, "clusters/node_detail.html", context)

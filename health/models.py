@@ -78,6 +78,12 @@ class Incident(models.Model):
     # Set when a report opens the incident or changes its XIDs or severity; cleared once
     # the remediation trigger has decided it as it then stood (clusters.remediation.policies).
     decision_due = models.BooleanField(default=False)
+    # A decision that raised is retried with backoff (`decide_after`); after a few
+    # failures the incident stops waiting and says why (`decision_error`), so that one
+    # bad record never stops the decisions about every other incident.
+    decision_failures = models.PositiveSmallIntegerField(default=0)
+    decide_after = models.DateTimeField(null=True, blank=True)
+    decision_error = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["-last_event_at"]

@@ -237,7 +237,7 @@ def cancel(run: Remediation, user, comment: str) -> Remediation:
 
 # Timers a step keeps in the run's context; a retry starts them again, or the step
 # would give up at once on its first look.
-RETRY_RESETS = ("validate_started_at", "drain_wait_started_at")
+RETRY_RESETS = ("validate_started_at", "drain_wait_started_at", "crashes")
 
 
 def retry(run: Remediation, user, comment: str = "") -> Remediation:

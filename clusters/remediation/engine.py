@@ -50,6 +50,8 @@ STEP_MODULES = (job_steps, node_steps, fleet_steps)
 DEFAULT_LEASE = timedelta(seconds=30)
 MAX_TRANSIENT_FAILURES = 6
 MAX_BACKOFF_S = 60.0
+# A run whose advance crashes this many times (outside its step) needs an admin.
+MAX_CRASHES = 3
 # A single run_once pass never spins forever on a step that keeps asking to be
 # retried at once; the next pass picks it up again.
 MAX_STEPS_PER_PASS = 500
@@ -102,7 +104,11 @@ class Engine:
                 run, chained = self.claim(), 1
             if run is None:
                 break
-            self.advance(run)
+            try:
+                self.advance(run)
+            except Exception as error:  # one run's bad record must not stop every other run
+                self._crashed(run, error)
+                run = None
             taken += 1
         return taken
 
@@ -256,6 +262,29 @@ class Engine:
         with live.one_trip():  # the step's row and the pages of the run's jobs
             services.publish_step(row)
         return row
+
+    def _crashed(self, run: Remediation, error: Exception) -> None:
+        """Advancing `run` raised outside its step (recording its result, say): try it
+        again after a backoff, and after MAX_CRASHES park it in needs_attention with the
+        error, so that it never takes the worker's every pass."""
+        logger.exception("Advancing run %s crashed", run.pk)
+        run = Remediation.objects.filter(pk=run.pk, claimed_by=self.worker).first()
+        if run is None:
+            return  # another worker took it over
+        crashes = int(run.context.get("crashes") or 0) + 1
+        context = {**run.context, "crashes": crashes}
+        release = {"claimed_by": "", "claimed_until": None, "context": context}
+        guard = {"claimed_by": self.worker}
+        if crashes >= MAX_CRASHES and run.status in (RunStatus.RUNNING, RunStatus.WAITING):
+            message = f"step {run.step_name} crashed {crashes} times: {error!r}"[:400]
+            services.transition(
+                run, RunStatus.NEEDS_ATTENTION, message=message, guard=guard, **release
+            )
+            return
+        delay = timedelta(seconds=min(2.0**crashes, MAX_BACKOFF_S))
+        Remediation.objects.filter(pk=run.pk, **guard).update(
+            due_at=timezone.now() + delay, **release
+        )
 
     # ------------------------------------------------------------- recording
     def _finish(self, run, result, row, callbacks, *, context=None) -> None:

@@ -20,6 +20,7 @@ from operator import or_
 
 from django.db import transaction
 from django.db.models import Exists, JSONField, OuterRef, Q, Subquery
+from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.remediation import safety, services
@@ -216,7 +217,7 @@ def on_incidents(incident_ids: list[int]) -> list[Decision]:
 def decide_due() -> int:
     """Decide the incidents still waiting in every cluster whose lock is free (a report
     that arrived just after the pass deciding for others last looked). Returns how many."""
-    waiting = Incident.objects.filter(decision_due=True).order_by()
+    waiting = _not_backing_off(Incident.objects.filter(decision_due=True)).order_by()
     clusters = list(waiting.values_list("node__cluster_id", flat=True).distinct())
     if not clusters:
         return 0
@@ -274,29 +275,113 @@ def _decide_in_cluster(
     wanted, decisions, decided = set(mine), [], 0
     deadline = time.monotonic() + DECIDE_FOR_S
     while True:
-        # The runs a pass starts publish after its commit: in one trip (live.one_trip).
-        with live.one_trip(), transaction.atomic():
-            # One admission pass at a time per cluster (PostgreSQL row lock), so that two
-            # agents reporting at once cannot both slip under the breaker's limit.
-            locked = Cluster.objects.select_for_update(skip_locked=not direct)
-            if locked.filter(pk=cluster_id).first() is None:
-                break
-            ours = Incident.objects.filter(pk__in=mine, node__cluster_id=cluster_id)
-            batch = list(_with_runs(ours if direct else ours.filter(decision_due=True)))
-            others = _waiting_in(cluster_id, mine)[: max(0, DECIDE_BATCH - len(batch))]
-            if others:
-                batch += list(_with_runs(Incident.objects.filter(pk__in=others)))
-            if not batch:
-                break
-            batch.sort(key=lambda incident: incident.pk)
-            made = _decide_each(batch, policies, _Batch(cluster_id, batch))
-            _mark_decided(batch)
+        taken: list[int] = []
+        try:
+            made, batch, others = _pass(cluster_id, mine, policies, direct=direct, taken=taken)
+        except Exception as error:
+            # The pass failed as a whole (at COMMIT, say): each of its incidents is
+            # decided alone, so that the one that fails is isolated and the rest go on.
+            logger.exception("Decision pass in cluster %s failed; deciding one by one", cluster_id)
+            made, batch, others = _one_by_one(cluster_id, taken, policies, error), taken, []
+        if batch is None:
+            break
         decisions += [decision for decision in made if decision.incident_id in wanted]
         decided += len(batch)
         if not others or time.monotonic() > deadline:
             break
         mine, direct = [], False
     return decisions, decided
+
+
+def _pass(cluster_id: int, mine: list[int], policies: dict, *, direct: bool, taken: list[int]):
+    """One admission pass under the cluster's lock: (decisions, the batch or None when
+    there was nothing to decide, the other waiting incidents it took). `taken` is filled
+    with the batch's ids before deciding, for `_one_by_one` should the pass fail."""
+    # The runs a pass starts publish after its commit: in one trip (live.one_trip).
+    with live.one_trip(), transaction.atomic():
+        # One admission pass at a time per cluster (PostgreSQL row lock), so that two
+        # agents reporting at once cannot both slip under the breaker's limit.
+        locked = Cluster.objects.select_for_update(skip_locked=not direct)
+        if locked.filter(pk=cluster_id).first() is None:
+            return [], None, []
+        ours = Incident.objects.filter(pk__in=mine, node__cluster_id=cluster_id)
+        if not direct:
+            ours = _not_backing_off(ours.filter(decision_due=True))
+        batch = list(_with_runs(ours))
+        others = _waiting_in(cluster_id, mine)[: max(0, DECIDE_BATCH - len(batch))]
+        if others:
+            batch += list(_with_runs(Incident.objects.filter(pk__in=others)))
+        if not batch:
+            return [], None, []
+        batch.sort(key=lambda incident: incident.pk)
+        taken[:] = [incident.pk for incident in batch]
+        pass_ = _Batch(cluster_id, batch)
+        made = _decide_each(batch, policies, pass_)
+        _mark_decided([i for i in batch if i.pk not in pass_.failed])
+    _note_failures(pass_.failed)
+    return made, batch, others
+
+
+def _one_by_one(cluster_id: int, incident_ids: list[int], policies: dict, error) -> list:
+    """After a failed pass: each incident in a pass of its own; one that fails alone too
+    has its failure noted (retried with backoff, then shown as undecidable)."""
+    decisions = []
+    for pk in incident_ids:
+        try:
+            made, _, _ = _pass(cluster_id, [pk], policies, direct=True, taken=[])
+            decisions += made
+        except Exception as alone:
+            logger.exception("Deciding incident %s failed", pk)
+            _note_failures({pk: _error_text(alone)})
+    return decisions
+
+
+# A decision that raised is tried again after DECISION_BACKOFF_S, doubled each time;
+# after MAX_DECISION_FAILURES the incident stops waiting and says why.
+MAX_DECISION_FAILURES = 3
+DECISION_BACKOFF_S = 5.0
+UNDECIDABLE = "could not be decided: "
+
+
+def undecidable():
+    """Incidents whose decision kept failing, newest first: for the approval queue."""
+    return Incident.objects.exclude(decision_error="").select_related("node").order_by("-pk")
+
+
+def decide_again(incident: Incident) -> list[Decision]:
+    """An admin's "try again" on an undecidable incident: its failures are forgotten and
+    it is decided now (failing again, it is retried and shown again as before)."""
+    Incident.objects.filter(pk=incident.pk).update(
+        decision_due=True, decision_failures=0, decide_after=None, decision_error=""
+    )
+    return on_incidents([incident.pk])
+
+
+def _not_backing_off(incidents):
+    return incidents.filter(Q(decide_after__isnull=True) | Q(decide_after__lte=timezone.now()))
+
+
+def _error_text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".splitlines()[0][:400]
+
+
+def _note_failures(failed: dict[int, str]) -> None:
+    """Count a failed decision on each incident: due again after a backoff, or, after
+    MAX_DECISION_FAILURES, no longer due and marked as undecidable with the error."""
+    if not failed:
+        return
+    now = timezone.now()
+    counts = dict(Incident.objects.filter(pk__in=failed).values_list("pk", "decision_failures"))
+    for pk, error in failed.items():
+        failures = counts.get(pk, 0) + 1
+        if failures >= MAX_DECISION_FAILURES:
+            fields = {"decision_due": False, "decide_after": None}
+            fields["decision_error"] = f"{UNDECIDABLE}{error}"[:500]
+        else:
+            delay = DECISION_BACKOFF_S * 2 ** (failures - 1)
+            fields = {"decide_after": now + timedelta(seconds=delay)}
+        Incident.objects.filter(pk=pk).update(decision_failures=failures, **fields)
+    live.poke(live.REMEDIATION_GROUP, [services.RUNS_REGION])  # the approval queue
 
 
 def _waiting_in(cluster_id: int, mine: list[int]) -> list[int]:
@@ -307,7 +392,8 @@ def _waiting_in(cluster_id: int, mine: list[int]) -> list[int]:
     joined to the cluster's nodes in SQL, PostgreSQL planned from the nodes (12,500)
     whenever its statistics had not seen the cluster yet, 6 ms a pass.
     """
-    waiting = Incident.objects.filter(decision_due=True).exclude(pk__in=mine).order_by("pk")
+    waiting = _not_backing_off(Incident.objects.filter(decision_due=True))
+    waiting = waiting.exclude(pk__in=mine).order_by("pk")
     return [
         pk for pk, cluster in waiting.values_list("pk", "node__cluster_id") if cluster == cluster_id
     ]
@@ -322,6 +408,7 @@ def _decide_each(incidents: list[Incident], policies: dict, batch: _Batch) -> li
         if incident.handled and not _grew(incident):
             decisions.append(_already_handled(incident))
             continue
+        mark = batch.ledger.mark()
         try:
             with transaction.atomic() if savepoint else nullcontext():
                 if incident.handled:
@@ -329,8 +416,10 @@ def _decide_each(incidents: list[Incident], policies: dict, batch: _Batch) -> li
                 else:
                     decision = _handle(incident, policies, batch)
             decisions.append(decision)
-        except Exception:
+        except Exception as error:
             logger.exception("Remediation trigger for incident %s failed", incident.pk)
+            batch.ledger.drop_since(mark)  # its refusals and trips were rolled back too
+            batch.failed[incident.pk] = _error_text(error)
     batch.ledger.flush()
     return decisions
 
@@ -352,6 +441,7 @@ class _Batch:
     def __init__(self, cluster_id: int | None, incidents: list[Incident]):
         self.node_ids = {incident.node_id for incident in incidents}
         self.ledger = safety.BreakerLedger(cluster_id, self.node_ids)
+        self.failed: dict[int, str] = {}  # incident id -> the error its decision raised
         self._busy: dict[int, int] | None = None
         self._faults: dict[int, int] | None = None
 
@@ -520,6 +610,7 @@ def _supersede(
             )
             old.status_changes.filter(to_status=RunStatus.CANCELLED).update(message=pointer)
     except _Abandon as abandoned:
+        batch.ledger.forget()  # the cancel was rolled back: the milder run counts again
         return abandoned.decision
     return outcome.but(f"run {new_id} (supersedes run {old.pk})")
 

@@ -183,16 +183,20 @@ class BreakerLedger:
         return reason
 
     def _open_trip(self, partition: str, reason: str) -> BreakerTrip:
+        # A new trip is only noted here and written by `flush`, with its refusals: a trip
+        # created at once would be undone by the savepoint of an incident whose decision
+        # is abandoned (a refused supersede), leaving refusals that point at nothing and
+        # failing every later pass at COMMIT.
         if self._trips is None:
             self._trips = {}
             for trip in BreakerTrip.objects.filter(closed_at__isnull=True).order_by("-opened_at"):
                 self._trips.setdefault(trip.partition, trip)
         trip = self._trips.get(partition)
         if trip is None:
-            trip = BreakerTrip.objects.create(
-                partition=partition, reason=reason[:255], suppressed=1
-            )
+            trip = BreakerTrip(partition=partition, reason=reason[:255], suppressed=1)
             self._trips[partition] = trip
+        elif trip.pk is None:
+            trip.suppressed += 1
         else:
             self._suppressed[trip.pk] = self._suppressed.get(trip.pk, 0) + 1
         return trip
@@ -210,12 +214,43 @@ class BreakerLedger:
         """Read the counts again at next use (a run was cancelled or superseded)."""
         self._read = False
 
+    def mark(self) -> LedgerMark:
+        """Where the noted refusals stand, to drop those of a decision that failed."""
+        return LedgerMark(len(self._refusals), dict(self._suppressed), self._new_trip_counts())
+
+    def drop_since(self, mark: LedgerMark) -> None:
+        """Forget what was noted after `mark` (its decision was rolled back), and read the
+        counts again, which the rolled-back writes may have changed."""
+        del self._refusals[mark.refusals :]
+        self._suppressed = dict(mark.suppressed)
+        for trip in list((self._trips or {}).values()):
+            if trip.pk is not None:
+                continue
+            if id(trip) in mark.new_trips:
+                trip.suppressed = mark.new_trips[id(trip)]
+            else:
+                del self._trips[trip.partition]
+        self.forget()
+
+    def _new_trip_counts(self) -> dict[int, int]:
+        return {id(t): t.suppressed for t in (self._trips or {}).values() if t.pk is None}
+
     def flush(self) -> None:
-        """Write the noted refusals and the trips' counts."""
+        """Write the new trips, the noted refusals and the trips' counts, together."""
+        for trip in (self._trips or {}).values():
+            if trip.pk is None:
+                trip.save()
         BreakerRefusal.objects.bulk_create(self._refusals, batch_size=500)
         for trip_pk, count in self._suppressed.items():
             BreakerTrip.objects.filter(pk=trip_pk).update(suppressed=F("suppressed") + count)
         self._refusals, self._suppressed = [], {}
+
+
+@dataclass(frozen=True)
+class LedgerMark:
+    refusals: int
+    suppressed: dict[int, int]
+    new_trips: dict[int, int]
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,11 @@ from clusters.remediation import views
 urlpatterns = [
     path("remediation/", views.run_list, name="remediation-list"),
     path("remediation/approvals/", views.approvals, name="remediation-approvals"),
+    path(
+        "remediation/incidents/<int:pk>/decide-again/",
+        views.decide_incident_again,
+        name="remediation-decide-again",
+    ),
     path("remediation/policies/", views.policy_list, name="remediation-policies"),
     path("remediation/policies/new/", views.policy_edit, name="remediation-policy-new"),
     path("remediation/policies/<int:pk>/", views.policy_edit, name="remediation-policy-edit"),

@@ -28,10 +28,12 @@ from clusters.remediation.forms import (
 from clusters.remediation.models import Action, Policy, Remediation, Trigger
 from clusters.remediation.services import RUNS_REGION
 from clusters.remediation.transitions import RunStatus
+from health.models import Incident
 from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, Role, role_required
 
 RUN_LIST_LIMIT = 200
+UNDECIDABLE_SHOWN = 50
 POLICY_HISTORY_SHOWN = 50
 DECISIONS = {
     "approve": actions.approve,
@@ -138,7 +140,22 @@ def approvals(request):
         *RUN_RELATED, "node__pool"
     )
     queue = [(run, actions.impact_preview(run.node, run.action)) for run in runs]
-    return render(request, "remediation/approvals.html", {"queue": queue, "form": DecisionForm()})
+    context = {
+        "queue": queue,
+        "form": DecisionForm(),
+        "undecidable": policies.undecidable()[:UNDECIDABLE_SHOWN],
+    }
+    return render(request, "remediation/approvals.html", context)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def decide_incident_again(request, pk: int):
+    incident = get_object_or_404(Incident, pk=pk)
+    decisions = policies.decide_again(incident)
+    outcome = decisions[0].outcome or decisions[0].reason if decisions else "decided"
+    messages.success(request, f"Incident {pk} on {incident.node.name}: {outcome}.")
+    return redirect(_next_url(request, reverse("remediation-approvals")))
 
 
 @role_required(Role.ADMIN)

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from clusters.backends import registry
+from clusters.backends.simulated import SimulatedCluster
+from clusters.sync import apply_snapshot
 from tests.chaos.services import PrivatePostgres, PrivateRedis
 from tests.health_integration.live_portal import PortalServer
 from tests.remediation.test_crash_recovery import crash_env  # noqa: F401 - a fixture, reused
@@ -48,3 +51,14 @@ def private_postgres():
         if postgres.answers():
             postgres.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def storm_sim(cluster):
+    """20 training, 2 inference and 2 spare nodes, so the storm outnumbers every limit."""
+    simulator = SimulatedCluster.standard(train=20, infer=2, spare=2, seed=11)
+    simulator.fault_rate_per_gpu_day = 0
+    registry.use(simulator)
+    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
+    yield simulator
+    registry.use(None)

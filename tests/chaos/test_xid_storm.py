@@ -15,15 +15,12 @@ import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
-from clusters.backends import registry
-from clusters.backends.simulated import SimulatedCluster
 from clusters.models import Node, Partition
 from clusters.remediation import safety
 from clusters.remediation.engine import Engine
 from clusters.remediation.models import BreakerTrip, Remediation
 from clusters.remediation.services import transition
 from clusters.remediation.transitions import ACTIVE, RunStatus
-from clusters.sync import apply_snapshot
 from health.ingest import FOLD_WINDOW, INCIDENT_SILENCE, ingest, validate_batch
 from health.models import HealthEvent, Incident
 
@@ -32,17 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 STORM_EVENTS = 10_000
 BATCH = 250
 GPUS = 8
-
-
-@pytest.fixture
-def storm_sim(cluster):
-    """20 training, 2 inference and 2 spare nodes, so the storm outnumbers every limit."""
-    simulator = SimulatedCluster.standard(train=20, infer=2, spare=2, seed=11)
-    simulator.fault_rate_per_gpu_day = 0
-    registry.use(simulator)
-    apply_snapshot(cluster, simulator.partitions(), simulator.nodes(), simulator.jobs())
-    yield simulator
-    registry.use(None)
 
 
 def storm_batches(names: list[str]) -> dict[str, list[list[dict]]]:

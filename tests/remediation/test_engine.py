@@ -6,7 +6,7 @@ from django.utils import timezone
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Node, Partition
 from clusters.remediation import services
-from clusters.remediation.engine import Engine
+from clusters.remediation.engine import MAX_CRASHES, Engine
 from clusters.remediation.models import (
     Action,
     Mode,
@@ -367,3 +367,21 @@ def test_a_worker_holds_one_run_for_a_bounded_number_of_steps(sim, synced, engin
         (first.pk, 0), (first.pk, 1), (second.pk, 0), (second.pk, 1), (first.pk, 2),
         (first.pk, 3),
     ]  # fmt: skip
+
+
+def test_a_run_whose_record_cannot_be_advanced_is_parked_and_the_others_go_on(sim, synced, engine):
+    bad = replace_run("gpu-03")
+    Remediation.objects.filter(pk=bad.pk).update(planned_steps=["no_such_step"])
+    good = replace_run("gpu-02")
+    for attempt in range(1, MAX_CRASHES + 1):
+        engine.run_once()
+        bad.refresh_from_db()
+        if attempt < MAX_CRASHES:
+            assert bad.status == RunStatus.RUNNING and bad.context["crashes"] == attempt
+            assert bad.due_at > timezone.now()  # backing off, not taking every pass
+            Remediation.objects.filter(pk=bad.pk).update(due_at=timezone.now())
+    assert bad.status == RunStatus.NEEDS_ATTENTION
+    assert "step no_such_step crashed 3 times" in bad.message
+    assert bad.status_changes.last().to_status == RunStatus.NEEDS_ATTENTION
+    good.refresh_from_db()
+    assert good.steps.exists()  # advanced all along
