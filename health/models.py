@@ -64,6 +64,36 @@ class NodeToken(models.Model):
         return token, raw
 
 
+class FaultGroupKind(models.TextChoices):
+    JOB = "job", "the job's own fault"
+    MANUAL = "manual", "grouped by an admin"
+
+
+class FaultGroup(models.Model):
+    """Incidents on several nodes that are one fault (a job's crash on every rank): decided
+    once, for the job, instead of once per node."""
+
+    kind = models.CharField(max_length=8, choices=FaultGroupKind.choices)
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="fault_groups"
+    )
+    # The job whose own fault it is (kind job): Slurm's id in the cluster.
+    slurm_job_id = models.BigIntegerField(null=True, blank=True)
+    job_user = models.CharField(max_length=64, blank=True)
+    # How it was grouped: the rule and the window it was read with.
+    rule = models.CharField(max_length=255)
+    window_s = models.FloatField()
+    opened_at = models.DateTimeField()
+    summary = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["cluster", "slurm_job_id"])]
+
+    def __str__(self) -> str:
+        return f"fault group {self.pk} ({self.kind})"
+
+
 class Incident(models.Model):
     """A burst of related events on one GPU (or node) with under 3 minutes of silence."""
 
@@ -84,6 +114,11 @@ class Incident(models.Model):
     decision_failures = models.PositiveSmallIntegerField(default=0)
     decide_after = models.DateTimeField(null=True, blank=True)
     decision_error = models.CharField(max_length=500, blank=True)
+    # Set when the incident is one node's share of a fault on several (FaultGroup): it is
+    # decided with its group, and counts toward no node's flapping, lemon or MTBF figures.
+    group = models.ForeignKey(
+        FaultGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="incidents"
+    )
 
     class Meta:
         ordering = ["-last_event_at"]

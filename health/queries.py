@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from health.models import HealthEvent
+from health.models import FaultGroup, HealthEvent
 from portal.inputs import bounded_int, in_range
 
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
@@ -56,3 +57,35 @@ def recent_events_for_node(node, limit: int = 50):
 
 
 __all__ = ["filter_events", "recent_events_for_node", "HealthEvent"]
+
+
+@dataclass
+class GroupRow:
+    """The feed's one row for a fault group: its newest event, and all of its events."""
+
+    group: FaultGroup
+    events: list = field(default_factory=list)
+
+    @property
+    def newest(self):
+        return self.events[0]
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({event.node.name for event in self.events})
+
+
+def fold_groups(events) -> list:
+    """The feed's rows: an event, or one GroupRow where the newest of a fault group's
+    events stood (a job's crash on 64 nodes is one row, its events inside it)."""
+    rows, groups = [], {}
+    for event in events:
+        group = event.incident.group if event.incident_id and event.incident else None
+        if group is None:
+            rows.append(event)
+        elif group.pk in groups:
+            groups[group.pk].events.append(event)
+        else:
+            groups[group.pk] = GroupRow(group, [event])
+            rows.append(groups[group.pk])
+    return rows

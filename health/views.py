@@ -8,7 +8,7 @@ from django.shortcuts import render
 from health import xid as catalogue
 from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
-from health.queries import filter_events
+from health.queries import filter_events, fold_groups
 from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, role_required
 
@@ -19,9 +19,10 @@ FEED_LIMIT = 200
 @role_required(*ANY_ROLE)
 def event_feed(request):
     def page(template: str):
-        events = filter_events(HealthEvent.objects.select_related("node"), request.GET)
+        events = HealthEvent.objects.select_related("node", "incident__group")
+        events = filter_events(events, request.GET)
         context = {
-            "events": events[:FEED_LIMIT],
+            "rows": fold_groups(events[:FEED_LIMIT]),
             "params": request.GET,
             "severities": Severity.values,
             "live": not any(request.GET.get(k) for k in ("until",)),

@@ -113,3 +113,23 @@ def post_webhook(url: str, text: str) -> bool:
     except (urllib.error.URLError, OSError, ValueError):
         logger.warning("Webhook %s not delivered", url, exc_info=True)
         return False
+
+
+def notify_job_fault(job, *, summary: str) -> None:
+    """Tell the owner, once, that their job's own fault stopped it (a fault group)."""
+    recipient = owner_of(job)
+    if recipient is None:
+        return
+    user, profile = recipient
+    if profile is not None and profile.notifications_opt_out:
+        return
+    subject = f"[Medbay] Job {job.slurm_id} ({job.name or 'unnamed'}) hit a fault of its own"
+    text = (
+        f"Your job {job.slurm_id}: {summary}. Medbay took no node out of service for it;"
+        " its error output says what went wrong.\n"
+        f"Details: {settings.MEDBAY_PORTAL_URL.rstrip('/')}/jobs/{job.slurm_id}/"
+    )
+    if user.email and (profile is None or profile.notify_email):
+        _send_email(user.email, subject, text)
+    if profile is not None and profile.webhook_url:
+        post_webhook(profile.webhook_url, f"{subject}\n{text}")

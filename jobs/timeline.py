@@ -19,6 +19,7 @@ from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from clusters.models import NodeStateChange
+from clusters.remediation.correlation import job_fault_of
 from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
 from clusters.remediation.models import Trigger as RunTrigger
 from clusters.templatetags.remediation_tags import step_label
@@ -140,6 +141,19 @@ def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
     timeline.events = merge_events(facts)
     timeline.restarts = [explain_restart(facts, change) for change in restarts_in(changes)]
     timeline.summary = summarize(job, timeline.restarts)
+    own_fault = job_fault_of(job)
+    if own_fault is not None:
+        # Every rank crashed with the same application XID: the story leads with that,
+        # and the job's error output (the panel on its page) says what went wrong.
+        timeline.summary = (
+            f"Job {job.slurm_id} hit a fault of its own: {own_fault.summary}. Medbay took"
+            " no node out of service for it; the job's error output below says what went"
+            f" wrong. {timeline.summary}"
+        )
+        timeline.events.append(
+            Event(own_fault.opened_at, "health", "the job's own fault", own_fault.summary)
+        )
+        timeline.events.sort(key=lambda event: event.at)
     timeline.first_started = next(
         (change.at for change in changes if change.to_state == JobState.RUNNING), None
     )

@@ -289,6 +289,11 @@ MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)
 MEDBAY_BREAKER_WINDOW_S = env_int("MEDBAY_BREAKER_WINDOW_S", 600)
 MEDBAY_FLAP_FAULTS = env_int("MEDBAY_FLAP_FAULTS", 3)
 MEDBAY_FLAP_WINDOW_H = env_float("MEDBAY_FLAP_WINDOW_H", 24.0)
+# An application-class XID on a node of a multi-node job waits this long for the job's
+# other nodes: the same fault on two or more is the job's own (remediation/correlation.py).
+MEDBAY_JOB_FAULT_WINDOW_S = env_float("MEDBAY_JOB_FAULT_WINDOW_S", 10.0)
+if not 0 < MEDBAY_JOB_FAULT_WINDOW_S <= 600:
+    raise ImproperlyConfigured("MEDBAY_JOB_FAULT_WINDOW_S must be between 0 and 600 seconds")
 # Jobs are never submitted as root or an account with a uid below this (system accounts).
 MEDBAY_MIN_UID = env_int("MEDBAY_MIN_UID", 1000)
 # Where jobs post progress reports and notifications link to (must be reachable from nodes).

@@ -23,7 +23,7 @@ from django.db.models import Exists, JSONField, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from clusters.models import Cluster
-from clusters.remediation import safety, services
+from clusters.remediation import correlation, safety, services
 from clusters.remediation.models import (
     Action,
     Mode,
@@ -317,7 +317,9 @@ def _pass(cluster_id: int, mine: list[int], policies: dict, *, direct: bool, tak
         taken[:] = [incident.pk for incident in batch]
         pass_ = _Batch(cluster_id, batch)
         made = _decide_each(batch, policies, pass_)
-        _mark_decided([i for i in batch if i.pk not in pass_.failed])
+        _mark_decided([i for i in batch if i.pk not in pass_.failed and i.pk not in pass_.held])
+        for pk, until in pass_.held.items():
+            Incident.objects.filter(pk=pk).update(decide_after=until)
     _note_failures(pass_.failed)
     return made, batch, others
 
@@ -442,6 +444,8 @@ class _Batch:
         self.node_ids = {incident.node_id for incident in incidents}
         self.ledger = safety.BreakerLedger(cluster_id, self.node_ids)
         self.failed: dict[int, str] = {}  # incident id -> the error its decision raised
+        # Incident id -> when to decide it: held while its job's other nodes may report.
+        self.held: dict[int, datetime] = {}
         self._busy: dict[int, int] | None = None
         self._faults: dict[int, int] | None = None
 
@@ -519,6 +523,13 @@ def _no_action(incident: Incident, reason: str, outcome: str = "") -> Decision:
 
 def _handle(incident: Incident, policies: dict, batch: _Batch) -> Decision:
     """One incident without a run, decided under its cluster's lock."""
+    verdict = correlation.correlate(incident, timezone.now())
+    if verdict.group is not None:  # the job's own fault: no node is acted on
+        group = verdict.group
+        return _no_action(incident, group.summary, f"part of fault group {group.pk}")
+    if verdict.hold_until is not None:
+        batch.held[incident.pk] = verdict.hold_until
+        return _no_action(incident, "held for the job's other nodes", "held")
     decision = decide(incident, policies=policies)
     if decision.action is None:
         return decision.but("nothing to do")

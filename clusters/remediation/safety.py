@@ -27,7 +27,7 @@ from clusters.remediation.models import (
     Trigger,
 )
 from clusters.remediation.transitions import ACTIVE, RunStatus
-from health.models import Incident, Severity
+from health.models import FaultGroupKind, Incident, Severity
 
 # Actions that take a node out of scheduling; notify and restart_app do not.
 DRAINING_ACTIONS = tuple(
@@ -313,6 +313,7 @@ def fault_counts(node_ids) -> dict[int, int]:
         Incident.objects.filter(
             node_id__in=list(node_ids), severity=Severity.CRITICAL, last_event_at__gte=since
         )
+        .exclude(group__kind=FaultGroupKind.JOB)  # a job's own fault is not the node's
         .order_by()
         .values("node_id")
         .annotate(faults=Count("pk"))

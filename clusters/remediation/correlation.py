@@ -1,0 +1,152 @@
+"""One cause, one incident: a job's own fault on several of its nodes is the job's.
+
+When every rank of a job hits the same application fault (XID 13, 31, 43: an error in
+the program, not in the GPU), every node's agent reports it within a second. Decided
+node by node, that was one "restart jobs" approval per node, 64 for a 64-node job, and
+a fault on the record of each healthy node. So an application-class incident on a node
+that runs a multi-node job is held for a short window (MEDBAY_JOB_FAULT_WINDOW_S) while
+the job's other nodes report; when another node of the same job reports an
+application-class fault within the window, the incidents become one FaultGroup for the
+job: no node is acted on, no node counts it, and the job's owner is told once. A lone
+node's application fault (the window passed with no peer) is decided as before.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from health import xid as catalogue
+from health.live import publish_events
+from health.models import FaultGroup, FaultGroupKind, HealthEvent, Incident
+from jobs.models import Job
+
+# The sync may notice a job's start or end a cycle late.
+JOB_TIME_SLACK = timedelta(seconds=60)
+NOT_THE_HARDWARE = "an error in the application, not in the hardware"
+
+
+def window() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "MEDBAY_JOB_FAULT_WINDOW_S", 10)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What correlation says about one incident: part of a group, held, or on its own."""
+
+    group: FaultGroup | None = None
+    hold_until: datetime | None = None
+
+
+def application_only(xids) -> bool:
+    """Whether every XID of an incident is catalogued as the application's fault."""
+    codes = [code for code in xids or [] if isinstance(code, int)]
+    return bool(codes) and all(
+        catalogue.lookup(code).cause == catalogue.Cause.APPLICATION for code in codes
+    )
+
+
+def correlate(incident: Incident, now: datetime) -> Verdict:
+    if incident.group_id is not None:
+        return Verdict(group=incident.group)
+    if not application_only(incident.xids):
+        return Verdict()
+    job = job_at(incident.node_id, incident.opened_at)
+    if job is None:
+        return Verdict()
+    span = window()
+    peers = [
+        peer
+        for peer in Incident.objects.filter(
+            node__in=job.nodes.all(),
+            opened_at__gte=incident.opened_at - span,
+            opened_at__lte=incident.opened_at + span,
+        ).exclude(node_id=incident.node_id)
+        if application_only(peer.xids)
+    ]
+    if peers:
+        return Verdict(group=_join_group(job, [incident, *peers]))
+    if now < incident.opened_at + span:
+        return Verdict(hold_until=incident.opened_at + span)
+    return Verdict()
+
+
+def job_at(node_id: int, at: datetime) -> Job | None:
+    """The multi-node job that ran on the node at `at`, if any."""
+    running = Job.objects.filter(
+        nodes=node_id, node_count__gte=2, superseded=False, start_at__lte=at + JOB_TIME_SLACK
+    ).filter(Q(end_at__isnull=True) | Q(end_at__gte=at - JOB_TIME_SLACK))
+    return running.order_by("-start_at").first()
+
+
+def _join_group(job: Job, incidents: list[Incident]) -> FaultGroup:
+    """The job's open group (one a peer already joined), or a new one; every incident
+    joins it, is no longer waiting for a decision, and the summary is counted again."""
+    joined = next((i.group for i in incidents if i.group_id is not None), None)
+    group = joined or FaultGroup.objects.create(
+        kind=FaultGroupKind.JOB,
+        cluster_id=job.cluster_id,
+        slurm_job_id=job.slurm_id,
+        job_user=job.user,
+        rule=(
+            f"the same application-class XID on two or more nodes of job {job.slurm_id}"
+            f" within {window().total_seconds():g} s"
+        ),
+        window_s=window().total_seconds(),
+        opened_at=min(incident.opened_at for incident in incidents),
+    )
+    Incident.objects.filter(pk__in=[incident.pk for incident in incidents]).update(
+        group=group, decision_due=False, decide_after=None
+    )
+    group.summary = summarize(group)
+    FaultGroup.objects.filter(pk=group.pk).update(summary=group.summary)
+    if joined is None:
+        transaction.on_commit(lambda: _tell_the_owner(group.pk))
+    # Open feeds fold the group's events into one row.
+    transaction.on_commit(lambda: publish_events([group.pk]))
+    return group
+
+
+def summarize(group: FaultGroup) -> str:
+    """E.g. "XID 13 on 32 GPUs of 4 nodes within 1 s: an error in the application, ..."."""
+    incidents = list(Incident.objects.filter(group=group).values_list("opened_at", "xids"))
+    events = HealthEvent.objects.filter(incident__group=group, xid__isnull=False)
+    gpus = set(events.values_list("node_id", "gpu_index"))
+    nodes = {node for node, _ in gpus} or set(
+        Incident.objects.filter(group=group).values_list("node_id", flat=True)
+    )
+    codes = sorted({code for _, xids in incidents for code in xids or []})
+    times = [opened for opened, _ in incidents]
+    within = max(1, math.ceil((max(times) - min(times)).total_seconds()))
+    xid_words = "XID " + ", ".join(str(code) for code in codes)
+    return (
+        f"{xid_words} on {len(gpus)} GPU{'s' * (len(gpus) != 1)} of {len(nodes)} nodes"
+        f" within {within} s: {NOT_THE_HARDWARE}"
+    )[:500]
+
+
+def job_fault_of(job: Job) -> FaultGroup | None:
+    """The job's own fault, if one was grouped: for its "why did my job stop" story."""
+    return (
+        FaultGroup.objects.filter(
+            kind=FaultGroupKind.JOB, cluster_id=job.cluster_id, slurm_job_id=job.slurm_id
+        )
+        .order_by("-opened_at")
+        .first()
+    )
+
+
+def _tell_the_owner(group_pk: int) -> None:
+    from jobs.notifications import notify_job_fault
+
+    group = FaultGroup.objects.filter(pk=group_pk).first()
+    job = Job.objects.filter(
+        cluster_id=group.cluster_id, slurm_id=group.slurm_job_id, superseded=False
+    ).first()
+    if job is not None:
+        notify_job_fault(job, summary=group.summary)
