@@ -2,21 +2,28 @@
 
 Plain Python (no Django), like the rest of the backends. The portal often runs
 as root, which could read anyone's files; it must not. A researcher's output is
-read with `runuser -u USER -- tail` (as root) or `sudo -n -u USER -- tail`
-(otherwise), the same way `SlurmBackend.submit_job` submits as them, so the
-kernel decides what they may read, not Medbay. System accounts are refused.
+read by Medbay's small reader program (`job_file_reader.py`, beside this file),
+run as them with `runuser -u USER --` (as root) or `sudo -n -u USER --`
+(otherwise; deploy/sudoers.medbay allows exactly that command), the same way
+`SlurmBackend.submit_job` submits as them, so the kernel decides what they may
+read, not Medbay. The reader checks the file it opened, not the path it was
+given (the rules are in its docstring). System accounts are refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import pwd
 import re
-import stat
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
+from clusters.backends import job_file_reader as reader
 from clusters.backends.base import BackendError, FileTail, JobFileError, JobOutputPaths
 from clusters.backends.slurm_cli import CommandResult, Runner
 
@@ -24,9 +31,27 @@ from clusters.backends.slurm_cli import CommandResult, Runner
 MIN_LOGIN_UID = 1000
 NOBODY_UID = 65534
 READ_TIMEOUT_S = 5.0
-# Reading these would not end (/dev/zero) or would show the machine, not the job.
+# SIGTERM first: sudo relays it to the reader, which the portal, not being root,
+# may not signal itself; then SIGKILL for whatever is left in the group.
+STOP_GRACE_S = 0.2
+# Refused before starting anything. The reader's own checks on the opened file
+# are what protect: a path can reach /proc or /dev through a symlinked folder.
 UNREADABLE_PREFIXES = ("/dev/", "/proc/", "/sys/")
 DISCARDED_PATHS = frozenset({"/dev/null"})
+# The system's Python, which every researcher may run (the portal's own may sit in
+# a folder only its account can enter); -I ignores PYTHON* variables and user
+# site-packages. deploy/sudoers.medbay names this interpreter and READER_PATH.
+READER_PYTHON = "/usr/bin/python3"
+READER_PATH = os.path.abspath(reader.__file__)
+# The reader's whole environment: nothing of the portal's (its PATH, its
+# settings' secrets) reaches a process whose input the job's user controls.
+READER_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+READER_ERRORS = {
+    reader.EXIT_MISSING: JobFileError.MISSING,
+    reader.EXIT_DENIED: JobFileError.DENIED,
+    reader.EXIT_REFUSED: JobFileError.REFUSED,
+    reader.EXIT_FAILED: JobFileError.FAILED,
+}
 # Slurm prints NO_VAL for %a in a job that is not part of an array.
 NO_ARRAY_TASK = "4294967294"
 
@@ -116,24 +141,46 @@ def run_lossless(
     env: Mapping[str, str] | None = None,
 ) -> CommandResult:
     """Like slurm_cli.run_command, but a file's bytes survive: stdout is decoded with
-    surrogateescape so that it encodes back to exactly what tail printed (output
-    may be binary, and `tail -c` may cut a UTF-8 character in half)."""
+    surrogateescape so that it encodes back to exactly what the reader printed
+    (output may be binary, and a byte limit may cut a UTF-8 character in half).
+
+    The command gets a session of its own, and on timeout the whole group is
+    stopped: killing only runuser or sudo would leave their child behind."""
     try:
-        completed = subprocess.run(
+        process = subprocess.Popen(
             list(args),
-            input=input_text,
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             encoding="utf-8",
             errors="surrogateescape",
-            timeout=timeout,
             env=dict(env) if env is not None else None,
-            check=False,
+            cwd="/",
+            start_new_session=True,
         )
-    except subprocess.TimeoutExpired as error:
-        raise BackendError(f"{args[0]} timed out after {timeout:g}s", permanent=False) from error
     except FileNotFoundError as error:
         raise BackendError(f"{args[0]} is not installed", permanent=True) from error
-    return CommandResult(tuple(args), completed.returncode, completed.stdout, completed.stderr)
+    try:
+        stdout, stderr = process.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        stop_process_group(process)
+        raise BackendError(f"{args[0]} timed out after {timeout:g}s", permanent=False) from error
+    return CommandResult(tuple(args), process.returncode, stdout, stderr)
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """Every process of PROCESS's session, then PROCESS itself reaped. The leader is
+    reaped only after SIGKILL, so its id, the group's, cannot be reused meanwhile."""
+    for number in (signal.SIGTERM, signal.SIGKILL):
+        # Gone already, or only processes of another user are left (not ours to signal).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, number)
+        if number == signal.SIGTERM:
+            time.sleep(STOP_GRACE_S)
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()  # never read: a survivor could hold the pipe open for ever
+    process.wait()
 
 
 def read_tail_as(
@@ -148,15 +195,29 @@ def read_tail_as(
     """The last MAX_BYTES of PATH as USER may read it; JobFileError says why not."""
     entry = reader_account(user, lookup)
     path = checked_path(path)
-    if entry.pw_uid == euid():
-        raw = _read_own_file(path, max_bytes + 1)
-    else:
-        wrapper = ["runuser", "-u", user] if euid() == 0 else ["sudo", "-n", "-u", user]
-        args = [*wrapper, "--", "tail", "-c", str(max_bytes + 1), "--", path]
-        raw = _run_tail(args, user, path, runner)
     # One byte more than shown tells whether the file is longer than the tail.
+    request = f"{max_bytes + 1}\0{path}"
+    args = reader_command(user, as_self=entry.pw_uid == euid(), as_root=euid() == 0)
+    try:
+        result = runner(args, input_text=request, timeout=READ_TIMEOUT_S, env=READER_ENV)
+    except BackendError as error:
+        raise JobFileError(
+            JobFileError.FAILED, f"Could not read {path}: {error.message}"
+        ) from error
+    if result.returncode != 0:
+        raise _error_for(result, user, path)
+    raw = result.stdout.encode("utf-8", "surrogateescape")[-(max_bytes + 1) :]
     truncated = len(raw) > max_bytes
     return FileTail(path=path, text=_display_text(raw[-max_bytes:], truncated), truncated=truncated)
+
+
+def reader_command(user: str, *, as_self: bool, as_root: bool) -> list[str]:
+    """The reader, run as USER; exactly the command deploy/sudoers.medbay allows."""
+    if as_self:
+        # The portal is the job's user: no wrapper, and its own interpreter will do.
+        return [sys.executable, "-I", READER_PATH]
+    wrapper = ["runuser", "-u", user] if as_root else ["sudo", "-n", "-u", user]
+    return [*wrapper, "--", READER_PYTHON, "-I", READER_PATH]
 
 
 def reader_account(user: str, lookup: Callable[[str], pwd.struct_passwd]) -> pwd.struct_passwd:
@@ -189,54 +250,23 @@ def checked_path(path: str) -> str:
     return normal
 
 
-def _run_tail(args: list[str], user: str, path: str, runner: Runner) -> bytes:
-    # LC_ALL=C keeps tail's messages in English, which is what is matched below.
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
-    try:
-        result = runner(args, input_text=None, timeout=READ_TIMEOUT_S, env=env)
-    except BackendError as error:
-        raise JobFileError(
-            JobFileError.FAILED, f"Could not read {path}: {error.message}"
-        ) from error
-    if result.returncode != 0:
-        raise _error_for(result.stderr, user, path)
-    return result.stdout.encode("utf-8", "surrogateescape")
-
-
-def _error_for(stderr: str, user: str, path: str) -> JobFileError:
-    message = " ".join(stderr.split())
-    if "No such file or directory" in message:
+def _error_for(result: CommandResult, user: str, path: str) -> JobFileError:
+    message = " ".join(result.stderr.split())
+    kind = READER_ERRORS.get(result.returncode)
+    if kind == JobFileError.MISSING:
         return JobFileError(
-            JobFileError.MISSING,
-            f"{path} does not exist (yet): Slurm creates it when the job starts.",
+            kind, f"{path} does not exist (yet): Slurm creates it when the job starts."
         )
-    if "Permission denied" in message:
-        return JobFileError(JobFileError.DENIED, f"{user} may not read {path} (permission denied).")
-    if message.startswith("sudo:") or message.startswith("runuser:"):
+    if kind == JobFileError.DENIED:
+        return JobFileError(kind, f"{user} may not read {path} (permission denied).")
+    if kind is not None:
+        return JobFileError(kind, message)
+    if message.startswith(("sudo:", "runuser:")):
         return JobFileError(
             JobFileError.FAILED, f"The portal could not run a command as {user}: {message}"
         )
-    return JobFileError(JobFileError.FAILED, f"Could not read {path}: {message or 'tail failed'}")
-
-
-def _read_own_file(path: str, count: int) -> bytes:
-    """The portal runs as the job's user: read it directly, regular files only."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise _error_for("No such file or directory", "", path) from None
-    except PermissionError:
-        raise JobFileError(
-            JobFileError.DENIED, f"The job's user may not read {path} (permission denied)."
-        ) from None
-    except OSError as error:
-        raise JobFileError(JobFileError.FAILED, f"Could not read {path}: {error}") from None
-    with os.fdopen(descriptor, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise JobFileError(JobFileError.REFUSED, f"{path} is not a regular file.")
-        handle.seek(max(info.st_size - count, 0))
-        return handle.read(count)
+    reason = message or f"the reader exited with status {result.returncode}"
+    return JobFileError(JobFileError.FAILED, f"Could not read {path}: {reason}")
 
 
 def _display_text(raw: bytes, truncated: bool) -> str:

@@ -7,8 +7,10 @@ from datetime import timedelta
 
 import pytest
 
+from clusters.backends import job_file_reader
 from clusters.backends.base import JobFileError
 from clusters.backends.job_files import (
+    READER_PATH,
     expand_output_pattern,
     output_paths_from_record,
     read_tail_as,
@@ -37,10 +39,12 @@ class FakeRunner:
 
     def __init__(self, returncode=0, stdout="", stderr=""):
         self.calls = []
+        self.inputs = []
         self.answer = (returncode, stdout, stderr)
 
     def __call__(self, args, *, input_text=None, timeout=None, env=None):
         self.calls.append(list(args))
+        self.inputs.append(input_text)
         return CommandResult(tuple(args), *self.answer)
 
 
@@ -116,24 +120,25 @@ def test_slurm_backend_reads_paths_from_scontrol_show_job():
 # ------------------------------------------------------------------ reading
 
 
-def test_as_root_the_file_is_read_with_runuser_as_the_jobs_user():
+def test_as_root_the_reader_runs_with_runuser_as_the_jobs_user_and_gets_the_path_on_stdin():
     runner = FakeRunner(stdout="step 1\nstep 2\n")
 
     tail = read(runner=runner, euid=0)
 
-    assert runner.calls == [
-        ["runuser", "-u", "alice", "--", "tail", "-c", "101", "--", "/home/alice/out.log"]
-    ]
+    assert runner.calls == [["runuser", "-u", "alice", "--", "/usr/bin/python3", "-I", READER_PATH]]
+    assert runner.inputs == ["101\0/home/alice/out.log"]
     assert tail.text == "step 1\nstep 2\n"
     assert not tail.truncated
 
 
-def test_not_as_root_the_file_is_read_with_sudo_without_a_password():
+def test_not_as_root_the_reader_runs_with_sudo_exactly_as_the_sudoers_file_allows():
     runner = FakeRunner(stdout="ok\n")
 
     read(runner=runner, euid=999)
 
-    assert runner.calls[0][:6] == ["sudo", "-n", "-u", "alice", "--", "tail"]
+    assert runner.calls == [
+        ["sudo", "-n", "-u", "alice", "--", "/usr/bin/python3", "-I", READER_PATH]
+    ]
 
 
 def test_the_tail_is_capped_at_max_bytes_and_starts_at_a_whole_line():
@@ -146,9 +151,7 @@ def test_the_tail_is_capped_at_max_bytes_and_starts_at_a_whole_line():
 
 
 def test_a_missing_file_says_so():
-    runner = FakeRunner(
-        1, stderr="tail: cannot open '/home/alice/out.log' for reading: No such file or directory"
-    )
+    runner = FakeRunner(job_file_reader.EXIT_MISSING, stderr="/home/alice/out.log does not exist.")
 
     with pytest.raises(JobFileError) as error:
         read(runner=runner)
@@ -158,7 +161,7 @@ def test_a_missing_file_says_so():
 
 
 def test_a_file_the_user_may_not_read_says_permission_denied():
-    runner = FakeRunner(1, stderr="tail: cannot open '/home/bob/x' for reading: Permission denied")
+    runner = FakeRunner(job_file_reader.EXIT_DENIED, stderr="/home/bob/x: permission denied.")
 
     with pytest.raises(JobFileError) as error:
         read(path="/home/bob/x", runner=runner)
@@ -215,15 +218,26 @@ def test_sudo_refusing_is_reported_in_words():
     assert "could not run a command as alice" in error.value.message
 
 
-def test_when_the_portal_is_the_jobs_user_it_reads_the_file_itself(tmp_path):
+def test_when_the_portal_is_the_jobs_user_it_runs_the_reader_itself(tmp_path):
     log = tmp_path / "out.log"
     log.write_bytes(b"first\n" + "é".encode() * 3 + b"\n")
 
-    tail = read_tail_as(
-        "alice", str(log), 1000, runner=FakeRunner(), euid=lambda: 1001, lookup=lookup
-    )
+    tail = read_tail_as("alice", str(log), 1000, euid=lambda: 1001, lookup=lookup)
 
     assert tail.text == "first\nééé\n"
+
+
+def test_the_readers_refusal_is_passed_on_in_its_own_words():
+    runner = FakeRunner(
+        job_file_reader.EXIT_REFUSED,
+        stderr="/home/alice/out.log is a named pipe (FIFO), not a regular file.\n",
+    )
+
+    with pytest.raises(JobFileError) as error:
+        read(runner=runner)
+
+    assert error.value.kind == JobFileError.REFUSED
+    assert error.value.message.startswith("/home/alice/out.log is a named pipe (FIFO)")
 
 
 # ------------------------------------------------------------------ the simulator
