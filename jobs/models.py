@@ -170,6 +170,21 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class NotificationKind(models.TextChoices):
+    """What a notification is about; a person picks channels per kind (TEST excepted)."""
+
+    FAULT = "fault", "Fault on my job"
+    RESTARTED = "restarted", "Restarted"
+    REQUEUED = "requeued", "Requeued"
+    FINISHED = "finished", "Finished after a restart"
+    ACTION = "action", "Needs my action"
+    TEST = "test", "Test"
+
+
+def all_notification_kinds() -> list[str]:
+    return [kind.value for kind in NotificationKind if kind != NotificationKind.TEST]
+
+
 class ResearcherProfile(models.Model):
     """How a portal account maps onto the cluster: Unix user, account, notifications."""
 
@@ -180,12 +195,67 @@ class ResearcherProfile(models.Model):
         max_length=32, blank=True, db_index=True, help_text="Empty: the portal username."
     )
     default_account = models.CharField(max_length=64, blank=True)
+    # Any email at all; the preferences page keeps it equal to bool(email_kinds).
     notify_email = models.BooleanField(default=True)
-    webhook_url = models.URLField(blank=True, help_text="Slack-compatible incoming webhook.")
+    # The NotificationKind values each channel is used for (jobs.notifications).
+    email_kinds = models.JSONField(default=all_notification_kinds, blank=True)
+    webhook_kinds = models.JSONField(default=all_notification_kinds, blank=True)
+    # Teams' connector addresses run past Django's 200 characters.
+    webhook_url = models.URLField(
+        max_length=1000, blank=True, help_text="Slack or Teams incoming webhook."
+    )
     notifications_opt_out = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"{self.user} as {self.unix_user or self.user}"
+
+    def wants(self, kind: str, channel: str) -> bool:
+        """Whether this person chose CHANNEL ("email" or "webhook") for KIND."""
+        if self.notifications_opt_out:
+            return False
+        if channel == "email":
+            return self.notify_email and kind in (self.email_kinds or [])
+        return bool(self.webhook_url) and kind in (self.webhook_kinds or [])
+
+
+class DeliveryOutcome(models.TextChoices):
+    """How one delivery ended; REFUSED: Medbay would not send to that address."""
+
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+    REFUSED = "refused", "Refused"
+
+
+class NotificationDelivery(models.Model):
+    """Append-only: one email or webhook message sent (or not) to a person, and how it went."""
+
+    class Channel(models.TextChoices):
+        EMAIL = "email", "Email"
+        WEBHOOK = "webhook", "Webhook"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_deliveries"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    channel = models.CharField(max_length=8, choices=Channel.choices)
+    # A webhook's address without its path: Slack's and Teams' paths are the secret.
+    destination = models.CharField(max_length=300)
+    outcome = models.CharField(max_length=16, choices=DeliveryOutcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    job = models.ForeignKey(Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["user", "at"], name="jobs_delivery_user_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} by {self.channel} to {self.user}: {self.outcome}"
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != DeliveryOutcome.DELIVERED
 
 
 class JobToken(models.Model):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from jobs import output_views, views
+from jobs import output_views, preference_views, views
 
 urlpatterns = [
     path("jobs/", views.queue, name="job-queue"),
@@ -16,4 +16,10 @@ urlpatterns = [
     path("jobs/<int:slurm_id>/cancel", views.cancel, name="job-cancel"),
     path("jobs/<int:slurm_id>/output/", output_views.output_panel, name="job-output"),
     path("jobs/<int:slurm_id>/output/raw", output_views.output_raw, name="job-output-raw"),
+    path(
+        "account/notifications/",
+        preference_views.preferences,
+        name="notification-preferences",
+    ),
+    path("account/notifications/test", preference_views.send_test, name="notification-test"),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 
 from csp.constants import NONE, SELF
@@ -311,6 +312,22 @@ for _entry in MEDBAY_METRICS_ALLOW:
             f"MEDBAY_METRICS_ALLOW must list IP addresses or networks, got {_entry!r}"
         ) from None
 MEDBAY_METRICS_TOKEN = env_str("MEDBAY_METRICS_TOKEN")
+# Addresses a person's webhook may reach beyond the public internet (jobs/webhooks.py):
+# IP addresses, networks or host names, e.g. `10.20.0.0/16,hooks.corp.example`.
+MEDBAY_WEBHOOK_ALLOW = env_list("MEDBAY_WEBHOOK_ALLOW", [])
+_HOST_NAME = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*\.?", re.I)
+for _entry in MEDBAY_WEBHOOK_ALLOW:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+        continue
+    except ValueError:
+        pass
+    # A name whose last label is a number is a mistyped address (300.1.2.3), not a host.
+    _last_label = _entry.rstrip(".").rsplit(".", 1)[-1]
+    if not _HOST_NAME.fullmatch(_entry) or len(_entry) > 253 or _last_label.isdigit():
+        raise ImproperlyConfigured(
+            f"MEDBAY_WEBHOOK_ALLOW must list IP addresses, networks or host names, got {_entry!r}"
+        )
 # Failed log-ins allowed per client address and user name within the window.
 MEDBAY_LOGIN_MAX_FAILURES = env_int("MEDBAY_LOGIN_MAX_FAILURES", 10)
 MEDBAY_LOGIN_WINDOW_S = env_int("MEDBAY_LOGIN_WINDOW_S", 300)

@@ -59,6 +59,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         f"/remediation/{objects['run']}/",
         "/api/v1/docs/",
         "/account/tokens/",
+        "/account/notifications/",
     ]
     submitters = ["/jobs/templates/"]
     managers = [f"/reports/{name}/" for name in REPORTS] + ["/reports/?print=1"]

@@ -28,7 +28,9 @@ def job_and_run(researcher, cluster):
 
 
 @pytest.fixture
-def webhook():
+def webhook(settings):
+    # Webhooks reach only the public internet unless the site allows more.
+    settings.MEDBAY_WEBHOOK_ALLOW = ["127.0.0.1"]
     received = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -85,7 +87,8 @@ def test_an_opted_out_researcher_gets_nothing(job_and_run, researcher, webhook):
     assert received == []
 
 
-def test_an_unreachable_webhook_is_logged_not_raised(job_and_run, researcher, caplog):
+def test_an_unreachable_webhook_is_logged_not_raised(job_and_run, researcher, caplog, settings):
+    settings.MEDBAY_WEBHOOK_ALLOW = ["127.0.0.1"]
     ResearcherProfile.objects.create(user=researcher, webhook_url="http://127.0.0.1:9/hook")
     job, run = job_and_run
 

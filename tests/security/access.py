@@ -87,6 +87,9 @@ ACCESS: dict[str, Access] = {
     # Tokens: everyone their own; agent tokens for nodes are admins' business.
     "api-tokens": page(get=MEDBAY, post=MEDBAY),
     "api-token-revoke": page(post=MEDBAY),
+    # Notification preferences: everyone their own.
+    "notification-preferences": page(get=MEDBAY, post=MEDBAY),
+    "notification-test": page(post=MEDBAY),
     "agent-tokens": page(get=ADMINS, post=ADMINS),
     "agent-token-revoke": page(post=ADMINS),
     "node-repair": page(post=ADMINS),
