@@ -66,12 +66,13 @@ class NodeToken(models.Model):
 
 class FaultGroupKind(models.TextChoices):
     JOB = "job", "the job's own fault"
+    PART = "part", "a shared part's fault"
     MANUAL = "manual", "grouped by an admin"
 
 
 class FaultGroup(models.Model):
-    """Incidents on several nodes that are one fault (a job's crash on every rank): decided
-    once, for the job, instead of once per node."""
+    """Incidents on several nodes that are one fault (a job's crash on every rank, a leaf
+    switch's failure): decided once, for the job or the part, instead of once per node."""
 
     kind = models.CharField(max_length=8, choices=FaultGroupKind.choices)
     cluster = models.ForeignKey(
@@ -80,6 +81,13 @@ class FaultGroup(models.Model):
     # The job whose own fault it is (kind job): Slurm's id in the cluster.
     slurm_job_id = models.BigIntegerField(null=True, blank=True)
     job_user = models.CharField(max_length=64, blank=True)
+    # The part the nodes share (kind part), e.g. "switch leaf3", "rack r12".
+    part = models.CharField(max_length=128, blank=True)
+    # Whether the circuit breaker let the part's drains through (it counts a part once).
+    admitted = models.BooleanField(null=True)
+    # An admin split the group: its incidents are decided node by node again.
+    split_at = models.DateTimeField(null=True, blank=True)
+    split_by = models.CharField(max_length=150, blank=True)
     # How it was grouped: the rule and the window it was read with.
     rule = models.CharField(max_length=255)
     window_s = models.FloatField()

@@ -81,7 +81,7 @@ def fold_groups(events) -> list:
     rows, groups = [], {}
     for event in events:
         group = event.incident.group if event.incident_id and event.incident else None
-        if group is None:
+        if group is None or group.split_at is not None:
             rows.append(event)
         elif group.pk in groups:
             groups[group.pk].events.append(event)

@@ -295,6 +295,24 @@ MEDBAY_FLAP_WINDOW_H = env_float("MEDBAY_FLAP_WINDOW_H", 24.0)
 MEDBAY_JOB_FAULT_WINDOW_S = env_float("MEDBAY_JOB_FAULT_WINDOW_S", 10.0)
 if not 0 < MEDBAY_JOB_FAULT_WINDOW_S <= 600:
     raise ImproperlyConfigured("MEDBAY_JOB_FAULT_WINDOW_S must be between 0 and 600 seconds")
+# Files naming the parts nodes share (Slurm's topology.conf syntax: SwitchName=, Rack=,
+# Power= with Nodes=); the same hardware fault on MEDBAY_PART_FAULT_MIN_NODES nodes under
+# one part within MEDBAY_PART_FAULT_WINDOW_S is the part's. Slurm's own topology.conf
+# beside SLURM_CONF is read too when it exists.
+MEDBAY_TOPOLOGY_FILES = env_list("MEDBAY_TOPOLOGY_FILES", [])
+MEDBAY_PART_FAULT_WINDOW_S = env_float("MEDBAY_PART_FAULT_WINDOW_S", 10.0)
+MEDBAY_PART_FAULT_MIN_NODES = env_int("MEDBAY_PART_FAULT_MIN_NODES", 3)
+if not 0 < MEDBAY_PART_FAULT_WINDOW_S <= 600:
+    raise ImproperlyConfigured("MEDBAY_PART_FAULT_WINDOW_S must be between 0 and 600 seconds")
+if MEDBAY_PART_FAULT_MIN_NODES < 2:
+    raise ImproperlyConfigured("MEDBAY_PART_FAULT_MIN_NODES must be 2 or more")
+for _path in MEDBAY_TOPOLOGY_FILES:
+    try:
+        from clusters.backends.slurm_parsers.topology import parse_parts
+
+        parse_parts(Path(_path).read_text(), source=_path)
+    except (OSError, ValueError) as _error:
+        raise ImproperlyConfigured(f"MEDBAY_TOPOLOGY_FILES: {_error}") from None
 # Jobs are never submitted as root or an account with a uid below this (system accounts).
 MEDBAY_MIN_UID = env_int("MEDBAY_MIN_UID", 1000)
 # Where jobs post progress reports and notifications link to (must be reachable from nodes).

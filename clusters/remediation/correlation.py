@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from clusters.backends.slurm_parsers.topology import parse_parts
 from health import xid as catalogue
 from health.live import publish_events
 from health.models import FaultGroup, FaultGroupKind, HealthEvent, Incident
@@ -53,7 +55,10 @@ def application_only(xids) -> bool:
 
 def correlate(incident: Incident, now: datetime) -> Verdict:
     if incident.group_id is not None:
-        return Verdict(group=incident.group)
+        # A group an admin split is decided node by node, and never formed again.
+        return Verdict() if incident.group.split_at else Verdict(group=incident.group)
+    if hardware_class(incident.xids):
+        return _correlate_part(incident, now)
     if not application_only(incident.xids):
         return Verdict()
     job = job_at(incident.node_id, incident.opened_at)
@@ -76,6 +81,132 @@ def correlate(incident: Incident, now: datetime) -> Verdict:
     return Verdict()
 
 
+# ----------------------------------------------------------------- shared parts
+# Faults a shared part can cause on every node under it: the hardware, the bus, the links.
+PART_CAUSES = frozenset(
+    {
+        catalogue.Cause.HARDWARE,
+        catalogue.Cause.PCIE,
+        catalogue.Cause.NVLINK,
+        catalogue.Cause.MEMORY_ECC,
+    }
+)
+
+
+def part_window() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "MEDBAY_PART_FAULT_WINDOW_S", 10)))
+
+
+def part_min_nodes() -> int:
+    return int(getattr(settings, "MEDBAY_PART_FAULT_MIN_NODES", 3))
+
+
+def hardware_class(xids) -> bool:
+    """Whether any XID of an incident is of a kind a shared part could cause."""
+    codes = [code for code in xids or [] if isinstance(code, int)]
+    return any(catalogue.lookup(code).cause in PART_CAUSES for code in codes)
+
+
+def topology_files() -> list[Path]:
+    files = [Path(path) for path in getattr(settings, "MEDBAY_TOPOLOGY_FILES", [])]
+    slurm_conf = getattr(settings, "SLURM_CONF", "")
+    if slurm_conf and (Path(slurm_conf).parent / "topology.conf").is_file():
+        files.append(Path(slurm_conf).parent / "topology.conf")
+    return files
+
+
+_parts_cache: dict[tuple, dict[str, tuple[str, ...]]] = {}
+
+
+def shared_parts() -> dict[str, tuple[str, ...]]:
+    """Every part and its nodes, read again only when a file changed (cached by mtime)."""
+    files = topology_files()
+    key = tuple((str(path), path.stat().st_mtime_ns) for path in files if path.exists())
+    if key not in _parts_cache:
+        parts: dict[str, tuple[str, ...]] = {}
+        for path, _ in key:
+            parts.update(parse_parts(Path(path).read_text(), source=path))
+        _parts_cache.clear()
+        _parts_cache[key] = parts
+    return _parts_cache[key]
+
+
+def _correlate_part(incident: Incident, now: datetime) -> Verdict:
+    """The same hardware-class fault on MEDBAY_PART_FAULT_MIN_NODES nodes under one part
+    within the window is the part's; a fault under a part is held for the window while
+    its neighbours may report; alone after it, it is the node's."""
+    parts = {part: nodes for part, nodes in shared_parts().items() if incident.node.name in nodes}
+    if not parts:
+        return Verdict()
+    span = part_window()
+    nearby = Incident.objects.filter(
+        node__cluster_id=incident.node.cluster_id,
+        node__name__in={name for nodes in parts.values() for name in nodes},
+        opened_at__gte=incident.opened_at - span,
+        opened_at__lte=incident.opened_at + span,
+    ).select_related("node", "group")
+    nearby = [peer for peer in nearby if hardware_class(peer.xids) and peer.pk != incident.pk]
+    joined = next(
+        (p.group for p in nearby if p.group and p.group.kind == FaultGroupKind.PART), None
+    )
+    if joined is not None and joined.split_at is None:
+        return Verdict(group=_join_part(joined, [incident]))
+    best = max(
+        parts,
+        key=lambda part: len({p.node_id for p in nearby if p.node.name in parts[part]}),
+    )
+    peers = [p for p in nearby if p.node.name in parts[best] and p.group_id is None]
+    if len({p.node_id for p in peers} | {incident.node_id}) >= part_min_nodes():
+        return Verdict(group=_open_part(incident.node.cluster_id, best, [incident, *peers]))
+    if now < incident.opened_at + span:
+        return Verdict(hold_until=incident.opened_at + span)
+    return Verdict()
+
+
+def _open_part(cluster_id: int, part: str, incidents: list[Incident]) -> FaultGroup:
+    group = FaultGroup.objects.create(
+        kind=FaultGroupKind.PART,
+        cluster_id=cluster_id,
+        part=part,
+        rule=(
+            f"the same kind of hardware fault on {part_min_nodes()} or more nodes under"
+            f" {part} within {part_window().total_seconds():g} s"
+        ),
+        window_s=part_window().total_seconds(),
+        opened_at=min(incident.opened_at for incident in incidents),
+    )
+    return _join_part(group, incidents)
+
+
+def _join_part(group: FaultGroup, incidents: list[Incident]) -> FaultGroup:
+    # Those still waiting are decided with the group: the pass deciding each of them
+    # drains its node (decision_due stays as it is for that).
+    Incident.objects.filter(pk__in=[incident.pk for incident in incidents]).update(
+        group=group, decide_after=None
+    )
+    for incident in incidents:
+        incident.group, incident.group_id = group, group.pk
+    group.summary = summarize_part(group)
+    FaultGroup.objects.filter(pk=group.pk).update(summary=group.summary)
+    transaction.on_commit(lambda: publish_events([group.pk]))
+    return group
+
+
+def summarize_part(group: FaultGroup) -> str:
+    """E.g. "XID 79 on 16 nodes under switch leaf3 within 2 s: the part is suspected"."""
+    rows = list(Incident.objects.filter(group=group).values_list("node_id", "opened_at", "xids"))
+    codes = sorted({code for _, _, xids in rows for code in xids or []})
+    times = [opened for _, opened, _ in rows]
+    within = max(1, math.ceil((max(times) - min(times)).total_seconds()))
+    nodes = len({node for node, _, _ in rows})
+    return (
+        f"XID {', '.join(map(str, codes))} on {nodes} nodes under {group.part} within"
+        f" {within} s: the {group.part.split()[0]} is suspected, not each node; its nodes"
+        " are drained and replacing them waits for an admin's decision on the part"
+    )[:500]
+
+
+# ----------------------------------------------------------------- jobs
 def job_at(node_id: int, at: datetime) -> Job | None:
     """The multi-node job that ran on the node at `at`, if any."""
     running = Job.objects.filter(

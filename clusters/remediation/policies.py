@@ -35,7 +35,7 @@ from clusters.remediation.models import (
 from clusters.remediation.services import NodeBusy, create_run
 from clusters.remediation.transitions import ACTIVE, RunStatus
 from health import xid as catalogue
-from health.models import CheckStatus, EventKind, HealthEvent, Incident
+from health.models import CheckStatus, EventKind, FaultGroup, FaultGroupKind, HealthEvent, Incident
 from portal import live
 
 logger = logging.getLogger(__name__)
@@ -319,7 +319,8 @@ def _pass(cluster_id: int, mine: list[int], policies: dict, *, direct: bool, tak
         made = _decide_each(batch, policies, pass_)
         _mark_decided([i for i in batch if i.pk not in pass_.failed and i.pk not in pass_.held])
         for pk, until in pass_.held.items():
-            Incident.objects.filter(pk=pk).update(decide_after=until)
+            # Not one that a later incident of the pass grouped: it is due at once.
+            Incident.objects.filter(pk=pk, group__isnull=True).update(decide_after=until)
     _note_failures(pass_.failed)
     return made, batch, others
 
@@ -524,6 +525,8 @@ def _no_action(incident: Incident, reason: str, outcome: str = "") -> Decision:
 def _handle(incident: Incident, policies: dict, batch: _Batch) -> Decision:
     """One incident without a run, decided under its cluster's lock."""
     verdict = correlation.correlate(incident, timezone.now())
+    if verdict.group is not None and verdict.group.kind == FaultGroupKind.PART:
+        return _drain_for_part(incident, verdict.group, batch)
     if verdict.group is not None:  # the job's own fault: no node is acted on
         group = verdict.group
         return _no_action(incident, group.summary, f"part of fault group {group.pk}")
@@ -662,6 +665,50 @@ def _admit(
         return decision.but(f"node busy with run {busy.existing.pk if busy.existing else '?'}")
     batch.started(run)
     return decision.but(f"run {run.pk}")
+
+
+def _drain_for_part(incident: Incident, group: FaultGroup, batch: _Batch) -> Decision:
+    """A node under a suspected shared part is drained, so that no new job lands on it,
+    and nothing more: replacing it waits for an admin's decision on the part. The
+    breaker is asked once for the whole part (it counts the part as one node)."""
+    xid = next((code for code in incident.xids or [] if isinstance(code, int)), None)
+    decision = Decision(
+        node=incident.node.name,
+        incident_id=incident.pk,
+        at=incident.opened_at,
+        xid=xid,
+        action=Action.DRAIN,
+        mode=Mode.AUTOMATIC,
+        reason=f"{group.part} suspected: {xid_reason(xid, incident.gpu_index)}"[:255],
+        gpu=incident.gpu_index,
+    )
+    node = incident.node
+    busy = batch.active_run(node.pk)
+    if busy is not None:
+        return _join(incident, busy, decision)
+    if group.admitted is None:
+        refused = batch.ledger.admit(node, incident=incident, action=Action.DRAIN)
+        group.admitted = not refused
+        FaultGroup.objects.filter(pk=group.pk).update(admitted=group.admitted)
+    if not group.admitted:
+        return decision.but(f"suppressed: circuit breaker open for {group.part}")
+    context = {**_context(incident, decision, None), safety.PART_KEY: group.pk}
+    try:
+        run = create_run(
+            node,
+            Action.DRAIN,
+            trigger=Trigger.HEALTH_EVENT,
+            reason=decision.reason,
+            incident=incident,
+            mode=Mode.AUTOMATIC,
+            context=context,
+        )
+    except NodeBusy as busy_now:
+        return decision.but(
+            f"node busy with run {busy_now.existing.pk if busy_now.existing else '?'}"
+        )
+    batch.started(run)
+    return decision.but(f"run {run.pk} (part of {group.part})")
 
 
 def _context(incident: Incident, decision: Decision, inherit: Remediation | None) -> dict:

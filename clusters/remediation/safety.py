@@ -36,6 +36,15 @@ DRAINING_ACTIONS = tuple(
     if action not in (Action.NOTIFY, Action.RESTART_APP, Action.UNCORDON)
 )
 CLUSTER_WIDE = ""
+# A run's context names the shared part it drains for (policies._drain_for_part): the
+# breaker counts all of one part's drains as one node, as the part is one fault.
+PART_KEY = "part_group"
+
+
+def _taken_out(node_id: int, context) -> int | tuple[str, int]:
+    """What one run counts as toward the cluster-wide limit: its node, or its part."""
+    part = (context or {}).get(PART_KEY) if isinstance(context, dict) else None
+    return ("part", part) if part is not None else node_id
 
 
 def partition_pct() -> float:
@@ -114,14 +123,15 @@ class BreakerLedger:
         wanted = {pk for names in self.partitions_of.values() for _, pk in names}
         # Per wanted partition, its nodes and how many of them an active run holds (one
         # active run per node, so a count), in one read of the partitions' memberships.
-        active = runs.filter(status__in=[str(s) for s in ACTIVE]).values("node_id")
+        # A shared part's drains count as one node (see `_count_part`).
+        active = runs.filter(status__in=[str(s) for s in ACTIVE]).exclude(context__has_key=PART_KEY)
         counts = (
             through.objects.filter(partition_id__in=wanted)
             .order_by()
             .values("partition_id")
             .annotate(
                 total=Count("node_id"),
-                busy=Count("node_id", filter=Q(node_id__in=Subquery(active))),
+                busy=Count("node_id", filter=Q(node_id__in=Subquery(active.values("node_id")))),
             )
             .values_list("partition_id", "total", "busy")
         )
@@ -130,6 +140,15 @@ class BreakerLedger:
         if wanted:
             for partition_id, total, busy in counts:
                 self.totals[partition_id], self.busy[partition_id] = total, busy
+        self._parts_counted: set[tuple[int, int]] = set()
+        parts = runs.filter(status__in=[str(s) for s in ACTIVE], context__has_key=PART_KEY)
+        part_of = {
+            node: context[PART_KEY] for node, context in parts.values_list("node_id", "context")
+        }
+        if part_of and wanted:
+            members = through.objects.filter(node_id__in=part_of, partition_id__in=wanted)
+            for node_id, partition_id in members.values_list("node_id", "partition_id"):
+                self._count_part(partition_id, part_of[node_id])
         # A run that is waiting for, or was refused, approval took no node out, nor
         # did one cancelled before its first step. A started one counts before it
         # has written a step: a storm is caught before the engine gets to it.
@@ -142,8 +161,10 @@ class BreakerLedger:
             .exclude(trigger=Trigger.ADMIN)
         )
         self.recent = {
-            node_id
-            for node_id, cluster_id in recent.values_list("node_id", "node__cluster_id")
+            _taken_out(node_id, context)
+            for node_id, cluster_id, context in recent.values_list(
+                "node_id", "node__cluster_id", "context"
+            )
             if cluster_id == self.cluster_id
         }
         self._read = True
@@ -205,10 +226,19 @@ class BreakerLedger:
         """A run created after the counts were read, by the ledger's holder."""
         if not self._read or run.action not in DRAINING_ACTIONS or run.dry_run:
             return
+        part = (run.context or {}).get(PART_KEY)
         for _, partition_id in self.partitions_of.get(run.node_id, []):
-            self.busy[partition_id] += 1
+            if part is None:
+                self.busy[partition_id] += 1
+            else:
+                self._count_part(partition_id, part)
         if run.status not in NEVER_ACTED and run.trigger != Trigger.ADMIN:
-            self.recent.add(run.node_id)
+            self.recent.add(_taken_out(run.node_id, run.context))
+
+    def _count_part(self, partition_id: int, part: int) -> None:
+        if (partition_id, part) not in self._parts_counted:
+            self._parts_counted.add((partition_id, part))
+            self.busy[partition_id] = self.busy.get(partition_id, 0) + 1
 
     def forget(self) -> None:
         """Read the counts again at next use (a run was cancelled or superseded)."""
@@ -313,7 +343,8 @@ def fault_counts(node_ids) -> dict[int, int]:
         Incident.objects.filter(
             node_id__in=list(node_ids), severity=Severity.CRITICAL, last_event_at__gte=since
         )
-        .exclude(group__kind=FaultGroupKind.JOB)  # a job's own fault is not the node's
+        # A job's own fault is not the node's (unless an admin split it as not one fault).
+        .exclude(group__kind=FaultGroupKind.JOB, group__split_at__isnull=True)
         .order_by()
         .values("node_id")
         .annotate(faults=Count("pk"))

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from clusters.remediation import views
+from clusters.remediation import group_views, views
 
 urlpatterns = [
     path("remediation/", views.run_list, name="remediation-list"),
@@ -9,6 +9,13 @@ urlpatterns = [
         "remediation/incidents/<int:pk>/decide-again/",
         views.decide_incident_again,
         name="remediation-decide-again",
+    ),
+    path("faults/<int:pk>/", group_views.fault_group, name="fault-group"),
+    path("faults/<int:pk>/split/", group_views.split_group, name="fault-group-split"),
+    path(
+        "faults/<int:pk>/decide/<str:decision>/",
+        group_views.decide_part,
+        name="fault-group-decide",
     ),
     path("remediation/policies/", views.policy_list, name="remediation-policies"),
     path("remediation/policies/new/", views.policy_edit, name="remediation-policy-new"),

@@ -113,3 +113,26 @@ def test_the_feed_shows_a_jobs_own_fault_as_one_row_with_each_nodes_events_insid
     assert "Fault of job" in feed and "32 events on gpu-01, gpu-02, gpu-03, gpu-04" in feed
     assert "an error in the application, not in the hardware" in feed
     assert feed.count('<tr id="event-') == 1  # only gpu-20's
+
+
+def test_an_admin_splits_a_jobs_fault_and_each_node_is_decided_on_its_own(
+    four_node_job, settings, client, admin_user, django_capture_on_commit_callbacks
+):
+    settings.MEDBAY_JOB_FAULT_WINDOW_S = 30
+    with django_capture_on_commit_callbacks(execute=True):
+        for name in four_node_job.node_names[:2]:
+            ingest_xid(name, 13, gpu=0)
+    group = FaultGroup.objects.get()
+    client.force_login(admin_user)
+    page = client.get(f"/faults/{group.pk}/").content.decode()
+    assert "no node was taken out of service for the job" in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(f"/faults/{group.pk}/split/", follow=True)
+    assert "Split: 2 incidents decided node by node." in answer.content.decode()
+    # Each node's own restart_app again, for an admin's approval, and it counts again.
+    assert Remediation.objects.filter(action="restart_app").count() == 2
+    group.refresh_from_db()
+    assert group.split_by == "admin"
+    feed = client.get("/health/events/").content.decode()
+    assert f"fault-group-{group.pk}" not in feed

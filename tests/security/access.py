@@ -79,6 +79,11 @@ ACCESS: dict[str, Access] = {
     "remediation-detail": page(get=MEDBAY),
     "remediation-decide": page(post=ADMINS),
     "remediation-approvals": page(get=ADMINS),
+    "remediation-decide-again": page(post=ADMINS),
+    # Fault groups: everyone reads what was grouped; admins split or decide on a part.
+    "fault-group": page(get=MEDBAY),
+    "fault-group-split": page(post=ADMINS),
+    "fault-group-decide": page(post=ADMINS),
     "remediation-policies": page(get=ADMINS),
     "remediation-policy-new": page(get=ADMINS, post=ADMINS),
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),

@@ -120,7 +120,40 @@ PARAMS_BY_URL: dict[str, dict[str, Filler]] = {
     "admin:auth_user_password_change": {"id": lambda world: world.users["researcher"].pk},
     "api-token-revoke": {"token_id": lambda world: _api_token(world).pk},
     "agent-token-revoke": {"token_id": lambda world: _node_token(world).pk},
+    "remediation-decide-again": {"pk": lambda world: _undecidable(world).pk},
+    "fault-group": {"pk": lambda world: _fault_group(world).pk},
+    "fault-group-split": {"pk": lambda world: _fault_group(world).pk},
+    "fault-group-decide": {
+        "pk": lambda world: _fault_group(world).pk,
+        "decision": lambda world: "release",
+    },
 }
+
+
+def _undecidable(world):
+    from django.utils import timezone
+
+    from health.models import Incident
+
+    now = timezone.now()
+    return Incident.objects.create(
+        node=world.node, opened_at=now, last_event_at=now, decision_error="could not be decided: x"
+    )
+
+
+def _fault_group(world):
+    from django.utils import timezone
+
+    from health.models import FaultGroup, FaultGroupKind
+
+    return FaultGroup.objects.create(
+        kind=FaultGroupKind.PART,
+        cluster_id=world.node.cluster_id,
+        part="switch leaf1",
+        rule="test",
+        window_s=10,
+        opened_at=timezone.now(),
+    )
 
 
 def _api_token(world):
