@@ -96,7 +96,8 @@ class JobForm(forms.Form):
         help_text="torchrun/python: the script and its arguments; custom: the whole body.",
     )
     checkpoint_dir = forms.CharField(max_length=1024, required=False)
-    auto_resume = forms.ChoiceField(choices=AUTO_RESUME_CHOICES, initial="auto")
+    # Optional, as the API documents it: left out, it is "auto".
+    auto_resume = forms.ChoiceField(choices=AUTO_RESUME_CHOICES, initial="auto", required=False)
 
     def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,9 +143,10 @@ class JobForm(forms.Form):
     def build_params(self, data, *, progress_token: str | None = None) -> JobParams:
         from django.conf import settings
 
-        auto_resume = resolve_auto_resume(data["auto_resume"], data["nodes"], data["gpus_per_node"])
+        choice = data["auto_resume"] or "auto"
+        auto_resume = resolve_auto_resume(choice, data["nodes"], data["gpus_per_node"])
         checkpoint_dir = data["checkpoint_dir"].strip() or None
-        if auto_resume and checkpoint_dir is None and data["auto_resume"] == "auto":
+        if auto_resume and checkpoint_dir is None and choice == "auto":
             # Automatic resume needs somewhere to checkpoint; the researcher did not
             # ask for it explicitly, so give it a place rather than an error.
             checkpoint_dir = data["workdir"].rstrip("/") + "/checkpoints"

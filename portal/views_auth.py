@@ -19,9 +19,14 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core import exceptions as django_exceptions
 from django.http import JsonResponse
 from django.shortcuts import render
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+
+from portal.api_schema import ErrorSerializer
 
 LOGIN_TOKEN_NAME = "API log-in"
 
@@ -69,6 +74,13 @@ def cool_off(request=None):
 class ThrottledObtainAuthToken(ObtainAuthToken):
     """DRF's token endpoint; axes marks DRF's Request, not Django's, as locked out."""
 
+    @extend_schema(
+        request=AuthTokenSerializer,
+        responses={
+            200: inline_serializer("IssuedToken", {"token": serializers.CharField()}),
+            429: ErrorSerializer,
+        },
+    )
     def post(self, request, *args, **kwargs):
         try:
             response = self._issue(request)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, serializers, status, viewsets
 from rest_framework.decorators import action as api_action
 from rest_framework.response import Response
@@ -9,7 +10,8 @@ from rest_framework.response import Response
 from clusters.models import Node
 from clusters.remediation import actions, services
 from clusters.remediation.forms import RunFilterForm
-from clusters.remediation.models import Action, Remediation, RemediationStep
+from clusters.remediation.models import Remediation, RemediationStep
+from portal.api_schema import ErrorSerializer
 from portal.roles import HasAnyRole, IsMedbayAdmin
 
 
@@ -80,7 +82,8 @@ class RemediationDetailSerializer(RemediationSerializer):
 
 class RunRequestSerializer(serializers.Serializer):
     node = serializers.CharField(max_length=128)
-    action = serializers.ChoiceField(choices=Action.choices)
+    # Only what an admin may ask for: the policies' rungs (notify) are refused.
+    action = serializers.ChoiceField(choices=[(str(a), a.label) for a in actions.ADMIN_ACTIONS])
     reason = serializers.CharField(max_length=actions.MAX_REASON)
     grace_s = serializers.IntegerField(
         min_value=0, max_value=actions.MAX_GRACE_S, required=False, allow_null=True
@@ -106,6 +109,37 @@ class DecisionSerializer(serializers.Serializer):
     comment = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+def decision(verb: str, limit: int, *, required: bool) -> type[DecisionSerializer]:
+    """A decision's body as its action reads it: `actions` caps and requires the comment."""
+    if required:
+        comment = serializers.CharField(max_length=limit)
+    else:
+        comment = serializers.CharField(
+            max_length=limit, required=False, allow_blank=True, default=""
+        )
+    name = f"{verb.title()}DecisionSerializer"  # the schema's ApproveDecision, ...
+    return type(name, (DecisionSerializer,), {"comment": comment})
+
+
+# Per decision: what it does, and its comment's limit and whether it needs one, as
+# clusters.remediation.actions enforces them (the schema documented 500 for all).
+DECISIONS = {
+    "approve": (actions.approve, decision("approve", 500, required=False)),
+    "reject": (actions.reject, decision("reject", 500, required=True)),
+    "cancel": (actions.cancel, decision("cancel", 400, required=True)),
+    "retry": (actions.retry, decision("retry", 400, required=False)),
+    "release": (actions.cancel_and_release, decision("release", 150, required=True)),
+}
+
+
+def decided(name: str, summary: str):
+    return extend_schema(
+        request=DECISIONS[name][1],
+        responses={200: RemediationDetailSerializer, 409: ErrorSerializer},
+        description=summary,
+    )
+
+
 class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
     """Remediation runs; admins request them and decide those awaiting approval."""
 
@@ -121,8 +155,8 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
             return RemediationDetailSerializer
         if self.action == "create":
             return RunRequestSerializer
-        if self.action in ("approve", "reject", "cancel", "retry", "release"):
-            return DecisionSerializer
+        if self.action in DECISIONS:
+            return DECISIONS[self.action][1]
         return RemediationSerializer
 
     def get_queryset(self):
@@ -134,6 +168,10 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
             raise exceptions.ValidationError(filters.errors)
         return filters.apply(runs, exact_node=True)
 
+    @extend_schema(
+        request=RunRequestSerializer,
+        responses={201: RemediationDetailSerializer, 409: ErrorSerializer},
+    )
     def create(self, request):
         body = RunRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -150,31 +188,35 @@ class RemediationViewSet(viewsets.ReadOnlyModelViewSet):
         )
         return Response(RemediationDetailSerializer(run).data, status=status.HTTP_201_CREATED)
 
+    @decided("approve", "Approve a run awaiting approval.")
     @api_action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
-        return self._decide(request, actions.approve)
+        return self._decide(request, "approve")
 
+    @decided("reject", "Turn down a run awaiting approval; the comment says why.")
     @api_action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
-        return self._decide(request, actions.reject)
+        return self._decide(request, "reject")
 
+    @decided("cancel", "Cancel a run; the comment says why.")
     @api_action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        return self._decide(request, actions.cancel)
+        return self._decide(request, "cancel")
 
+    @decided("retry", "Run a run that needs attention again from the step that stopped it.")
     @api_action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        """Run a run that needs attention again from the step that stopped it."""
-        return self._decide(request, actions.retry)
+        return self._decide(request, "retry")
 
+    @decided("release", "Cancel the run and release its node through a new uncordon run.")
     @api_action(detail=True, methods=["post"])
     def release(self, request, pk=None):
-        """Cancel the run and release its node through a new uncordon run (returned)."""
-        return self._decide(request, actions.cancel_and_release)
+        return self._decide(request, "release")
 
-    def _decide(self, request, decide):
+    def _decide(self, request, name: str):
         run = self.get_object()
-        body = DecisionSerializer(data=request.data)
+        decide, serializer = DECISIONS[name]
+        body = serializer(data=request.data)
         body.is_valid(raise_exception=True)
         run = _call(decide, run, request.user, body.validated_data["comment"])
         return Response(RemediationDetailSerializer(run).data)

@@ -57,7 +57,7 @@ class HealthEventsView(ListAPIView):
         return super().get_authenticators()
 
     def get_permissions(self):
-        return [IsNodeAgent()] if self._posting else [HasAnyRole()]
+        return [IsNodeAgent()] if getattr(self, "_posting", False) else [HasAnyRole()]
 
     @extend_schema(
         parameters=[
@@ -83,7 +83,11 @@ class HealthEventsView(ListAPIView):
         responses={
             201: inline_serializer(
                 "AgentBatchAccepted",
-                {"accepted": serializers.IntegerField(), "duplicates": serializers.IntegerField()},
+                {
+                    "accepted": serializers.IntegerField(),
+                    "duplicates": serializers.IntegerField(),
+                    "folded": serializers.IntegerField(),
+                },
             )
         },
     )

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from django import forms
+from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
 from jobs.accounts import visible_params, visible_script
+from jobs.forms import JobForm
 from jobs.models import Job, JobProgress, JobStateChange
 from jobs.reasons import plain_reason
 
@@ -10,7 +13,13 @@ from jobs.reasons import plain_reason
 class JobSerializer(serializers.ModelSerializer):
     id = serializers.IntegerField(source="slurm_id", read_only=True)
     reason_text = serializers.SerializerMethodField()
-    submitted_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # Null for a job Medbay did not submit (the sync found it in squeue).
+    submitted_by = serializers.SlugRelatedField(
+        slug_field="username",
+        read_only=True,
+        allow_null=True,
+        help_text="the Medbay user who submitted it; null if it was not submitted through Medbay",
+    )
 
     class Meta:
         model = Job
@@ -99,3 +108,39 @@ class RestartSerializer(serializers.Serializer):
         allow_null=True, help_text="from the fault (or Medbay's action) to running again"
     )
     lost_gpu_hours = serializers.FloatField(allow_null=True)
+
+
+def job_input(name: str, *, required: bool = True, **extra):
+    """The API's schema of the job form: its names, limits and choices, read from it.
+
+    `required=False` (resubmit) makes every field optional: the stored job fills in
+    what the body leaves out.
+    """
+    fields = {
+        field_name: _api_field(field_name, field, required=required and field.required)
+        for field_name, field in JobForm.base_fields.items()
+    }
+    return inline_serializer(name, {**fields, **extra})
+
+
+def _api_field(name: str, field: forms.Field, *, required: bool) -> serializers.Field:
+    text = str(field.help_text or field.label or "")
+    common = {"required": required, "help_text": text or None}
+    if name == "env_setup":
+        return serializers.ListField(child=serializers.CharField(), **common)
+    if name == "auto_resume":
+        return serializers.BooleanField(
+            allow_null=True, **{**common, "help_text": "left out or null: automatic"}
+        )
+    if name == "partition":
+        # The choices are the cluster's partitions, read when the form is bound.
+        return serializers.CharField(**common)
+    if isinstance(field, forms.ChoiceField):
+        return serializers.ChoiceField([value for value, _ in field.choices], **common)
+    if isinstance(field, forms.IntegerField):
+        return serializers.IntegerField(
+            min_value=field.min_value, max_value=field.max_value, **common
+        )
+    return serializers.CharField(
+        max_length=field.max_length, allow_blank=not field.required, **common
+    )

@@ -20,33 +20,18 @@ from jobs.api.serializers import (
     ProgressSerializer,
     RestartSerializer,
     TimelineEventSerializer,
+    job_input,
 )
 from jobs.forms import JobForm, form_data_from_json, initial_from_params
 from jobs.models import Job
 from jobs.queries import filter_jobs, job_for, visible_jobs
 from jobs.timeline import build_timeline
+from portal.api_schema import ErrorSerializer
 from portal.roles import HasAnyRole
 
-JOB_INPUT = inline_serializer(
-    "JobInput",
-    {
-        "job_name": serializers.CharField(),
-        "partition": serializers.CharField(),
-        "account": serializers.CharField(required=False),
-        "nodes": serializers.IntegerField(),
-        "gpus_per_node": serializers.IntegerField(),
-        "gpu_flag": serializers.ChoiceField(["gres", "gpus-per-node"]),
-        "cpus_per_task": serializers.IntegerField(),
-        "mem": serializers.CharField(required=False),
-        "time_limit": serializers.IntegerField(help_text="minutes"),
-        "workdir": serializers.CharField(),
-        "env_setup": serializers.ListField(child=serializers.CharField(), required=False),
-        "template": serializers.ChoiceField(["torchrun", "python", "custom"]),
-        "command": serializers.CharField(),
-        "checkpoint_dir": serializers.CharField(required=False),
-        "auto_resume": serializers.BooleanField(required=False, allow_null=True),
-    },
-)
+JOB_INPUT = job_input("JobInput")
+# Every field optional: the stored job fills in what the body leaves out.
+RESUBMIT_INPUT = job_input("ResubmitInput", required=False)
 
 
 def bind_form(payload, initial: dict | None = None) -> JobForm:
@@ -94,7 +79,7 @@ class JobListView(ListAPIView):
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
-    @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer})
+    @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer, 503: ErrorSerializer})
     def post(self, request):
         # Refuse before validating: a role that may not submit learns nothing of the form.
         if not can_submit(request.user):
@@ -121,7 +106,10 @@ class JobResubmitView(APIView):
 
     permission_classes = [HasAnyRole]
 
-    @extend_schema(request=JOB_INPUT, responses={201: JobDetailSerializer})
+    @extend_schema(
+        request=RESUBMIT_INPUT,
+        responses={201: JobDetailSerializer, 503: ErrorSerializer},
+    )
     def post(self, request, slurm_id: int):
         job = job_for(request.user, slurm_id)
         if not can_act_on_job(request.user, job):
@@ -141,7 +129,10 @@ class JobResubmitView(APIView):
 class JobCancelView(APIView):
     permission_classes = [HasAnyRole]
 
-    @extend_schema(request=None, responses=JobDetailSerializer)
+    @extend_schema(
+        request=None,
+        responses={200: JobDetailSerializer, 409: ErrorSerializer, 503: ErrorSerializer},
+    )
     def post(self, request, slurm_id: int):
         job = job_for(request.user, slurm_id)
         try:
@@ -189,7 +180,10 @@ class JobProgressView(APIView):
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=ProgressReportSerializer, responses={201: ProgressSerializer})
+    @extend_schema(
+        request=ProgressReportSerializer,
+        responses={201: ProgressSerializer, 401: ErrorSerializer, 403: ErrorSerializer},
+    )
     def post(self, request, slurm_id: int):
         header = get_authorization_header(request).split()
         if len(header) != 2 or header[0] != b"Bearer":
