@@ -185,6 +185,51 @@ def resolve_auto_resume(choice: str, nodes: int, gpus_per_node: int) -> bool:
 
 FORM_FIELDS = tuple(JobForm.base_fields)
 
+RUN_AS_OWNER, RUN_AS_SELF = "owner", "self"
+
+
+class ResubmitForm(JobForm):
+    """The job form, plus how to run it when someone resubmits another person's job.
+
+    Nobody runs code as someone else: the job's stored script runs unchanged as its
+    owner, or the edited one runs as the resubmitter's own Unix account. Without
+    `owner` (her own job) there is nothing to choose and the field is left out.
+    """
+
+    run_as = forms.ChoiceField(
+        choices=[(RUN_AS_OWNER, RUN_AS_OWNER), (RUN_AS_SELF, RUN_AS_SELF)],
+        required=False,
+        widget=forms.RadioSelect,
+        label="Run it",
+    )
+
+    field_order = ["run_as"]
+
+    def __init__(self, *args, owner: str | None = None, me: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        if owner is None:
+            del self.fields["run_as"]
+            return
+        self.fields["run_as"].choices = [
+            (
+                RUN_AS_OWNER,
+                f"Unchanged, as {owner}: the stored script runs exactly as {owner} wrote it; "
+                f"{owner}'s set-up lines are kept (not shown). Any edit is refused.",
+            ),
+            (
+                RUN_AS_SELF,
+                f"Edited, as you ({me}): your edits run under your own Unix account, "
+                f"with your set-up lines only; {owner}'s are not carried.",
+            ),
+        ]
+        setup = f"Empty keeps {owner}'s with the stored script; with your edits, only yours run."
+        self.fields["env_setup"].help_text = setup
+
+    @property
+    def as_self(self) -> bool:
+        """Whether the job runs as the resubmitter; left out, it is the stored script as is."""
+        return self.cleaned_data.get("run_as") == RUN_AS_SELF
+
 
 def initial_from_params(params: dict) -> dict:
     """Form data from stored parameters (a Job's or a template's)."""

@@ -20,6 +20,7 @@ from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
 from jobs.accounts import (
+    HIDDEN,
     can_act_on_job,
     can_submit,
     owns,
@@ -55,6 +56,16 @@ class SubmissionFailed(Exception):
 
 class RunAsRefused(SubmissionFailed):
     """The Unix account the job would run as is root, a system account or nobody's."""
+
+
+class NotYourScript(Exception):
+    """A script would run as someone who did not write it (a 400): `fields` name the
+    edits, and running them as oneself is the way out."""
+
+    def __init__(self, message: str, *, fields=()):
+        super().__init__(message)
+        self.message = message
+        self.fields = tuple(fields)
 
 
 class JobNotActive(Exception):
@@ -146,24 +157,78 @@ def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> 
     return job
 
 
-def resubmit_job(user, job: Job, params: JobParams) -> Job:
-    """A new job from (edited) parameters of `job`, run as the same Unix user."""
+# Set from the partition's current limits when the form is read, not by the author.
+DERIVED_PARAMS = ("signal_grace_s",)
+_RULE = "Medbay never runs a script as someone who did not write it."
+
+
+def resubmit_job(user, job: Job, params: JobParams, *, as_self: bool = False) -> Job:
+    """A new job from (edited) parameters of `job`.
+
+    Nobody runs code as someone else. The owner resubmits as herself, edited or not.
+    Anyone else (an admin) either reruns the stored script unchanged as its owner,
+    or, `as_self`, runs the edited parameters as their own Unix account, without
+    the owner's set-up lines (which may hold her secrets).
+    """
+    check_resubmittable(user, job, as_self=as_self)
+    if owns(user, job):
+        return submit_job(user, params, run_as=job.user)
+    if as_self:
+        # The forms never show the owner's set-up lines to others; this also stops
+        # a caller that carried them over from the stored parameters.
+        theirs = set((job.params or {}).get("env_setup") or ())
+        mine = tuple(line for line in params.env_setup if line not in theirs and line != HIDDEN)
+        return submit_job(user, replace(params, env_setup=mine))
+    return submit_job(user, stored_rerun(job, params), run_as=job.user)
+
+
+def check_resubmittable(user, job: Job, *, as_self: bool = False) -> None:
+    """Refuse, before any form is read, a resubmission that could never run.
+
+    Raises PermissionDenied (not the owner or an admin), RunAsRefused (an owner
+    Medbay must never run as) or NotYourScript (no script stored to rerun as its owner).
+    """
     if not can_act_on_job(user, job):
         raise PermissionDenied("You may only resubmit your own jobs.")
-    check_resubmittable(job)
-    if not owns(user, job) and not params.env_setup:
-        # The form never showed an admin the owner's set-up lines (they may hold
-        # secrets); left empty, the resubmission keeps them.
-        params = replace(params, env_setup=tuple((job.params or {}).get("env_setup") or ()))
-    # An admin resubmitting a researcher's job runs it as that researcher, never as
-    # the admin: files and quotas stay the researcher's.
-    return submit_job(user, params, run_as=job.user)
-
-
-def check_resubmittable(job: Job) -> None:
-    """Refuse, before any form is read, a job whose owner Medbay must never run as."""
+    if as_self and not owns(user, job):
+        return
     if refusal := run_as_refusal(job.user):
         raise RunAsRefused(f"Job {job.slurm_id} cannot be resubmitted: {refusal}")
+    if not owns(user, job) and not job.params:
+        raise NotYourScript(
+            f"Job {job.slurm_id} was not submitted through Medbay: no script of "
+            f"{job.user}'s is stored to rerun as {job.user}. {_RULE} Run it as yourself "
+            f"(run_as: self).",
+            fields=["run_as"],
+        )
+
+
+def stored_rerun(job: Job, params: JobParams) -> JobParams:
+    """`params` if they are the job's stored ones, with the owner's set-up lines back.
+
+    Raises NotYourScript naming each field that differs: an edited script never
+    runs as someone who did not write it.
+    """
+    stored = job.params or {}
+    theirs = tuple(stored.get("env_setup") or ())
+    new = stored_params(params)
+    edited = [
+        name
+        for name, value in new.items()
+        if name not in ("env_setup", *DERIVED_PARAMS) and stored.get(name, value) != value
+    ]
+    # Left empty (the form never shows them) or as the API shows them, they are kept.
+    setup = [line for line in params.env_setup if line != HIDDEN]
+    if setup and tuple(setup) != theirs:
+        edited.append("env_setup")
+    if edited:
+        raise NotYourScript(
+            f"Job {job.slurm_id} is {job.user}'s: it reruns as {job.user} only unchanged. "
+            f"{_RULE} To run your edits, run it as yourself (run_as: self).",
+            fields=["run_as", *edited],
+        )
+    grace = stored.get("signal_grace_s", params.signal_grace_s)
+    return replace(params, env_setup=theirs, signal_grace_s=grace)
 
 
 def cancel_job(user, job: Job) -> Job:

@@ -14,10 +14,19 @@ from jobs.accounts import (
     can_view_script,
     default_account_for,
     owns,
+    run_as_refusal,
+    unix_user_for,
     visible_params,
     visible_script,
 )
-from jobs.forms import JobForm, initial_from_params, stored_params
+from jobs.forms import (
+    RUN_AS_OWNER,
+    RUN_AS_SELF,
+    JobForm,
+    ResubmitForm,
+    initial_from_params,
+    stored_params,
+)
 from jobs.models import JobState, JobTemplate
 from jobs.queries import job_for
 from jobs.queue import clean_params, queue_context
@@ -109,24 +118,30 @@ def resubmit(request, slurm_id: int):
         raise PermissionDenied("You may only resubmit your own jobs.")
     action = f"/jobs/{job.slurm_id}/resubmit"
     title = f"Resubmit job {job.slurm_id}"
+    mine = owns(request.user, job)
+    who = {"owner": None if mine else job.user, "me": unix_user_for(request.user)}
     cluster = services.current_cluster()
     if request.method != "POST":
         initial = initial_from_params(job.params or _params_of(job))
-        if not owns(request.user, job) and initial.pop("env_setup", ""):
-            # Set-up lines may hold secrets: only the owner sees them (services keep them).
-            messages.info(
-                request,
-                "The owner's environment set-up lines are kept, and not shown;"
-                " type lines to replace them.",
-            )
-        form = JobForm(initial=initial, cluster=cluster)
+        if not mine:
+            # Set-up lines may hold secrets: only the owner sees them, and they go
+            # with her stored script only (services keep them).
+            initial.pop("env_setup", None)
+            stored = bool(job.params) and not run_as_refusal(job.user)
+            initial["run_as"] = RUN_AS_OWNER if stored else RUN_AS_SELF
+        form = ResubmitForm(initial=initial, cluster=cluster, **who)
         return _form_page(request, form, title=title, action=action)
-    form = JobForm(request.POST, cluster=cluster)
+    form = ResubmitForm(request.POST, cluster=cluster, **who)
     if "save_template" in request.POST:
         return _save_template(request, form, action)
     if "preview" in request.POST or not form.is_valid():
         return _form_page(request, form, title=title, action=action)
-    return _submit(request, form, lambda params: services.resubmit_job(request.user, job, params))
+    as_self = form.as_self
+    return _submit(
+        request,
+        form,
+        lambda params: services.resubmit_job(request.user, job, params, as_self=as_self),
+    )
 
 
 @role_required(*ANY_ROLE)
@@ -195,6 +210,12 @@ def _preview_context(form) -> dict:
 def _submit(request, form, submit):
     try:
         job = submit(form.params)
+    except services.NotYourScript as error:
+        form.add_error(None, error.message)
+        for field in error.fields:
+            if field in form.fields and field != "run_as":
+                form.add_error(field, "Changed from the stored job.")
+        return _form_page(request, form, title="New job", action=request.path)
     except services.SubmissionFailed as error:
         form.add_error(None, f"Slurm refused the job: {error.message}")
         return _form_page(request, form, title="New job", action=request.path)

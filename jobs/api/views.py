@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from jobs import services
-from jobs.accounts import can_act_on_job, can_submit
+from jobs.accounts import can_submit, owns
 from jobs.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
@@ -22,7 +22,13 @@ from jobs.api.serializers import (
     TimelineEventSerializer,
     job_input,
 )
-from jobs.forms import JobForm, form_data_from_json, initial_from_params
+from jobs.forms import (
+    RUN_AS_OWNER,
+    RUN_AS_SELF,
+    JobForm,
+    form_data_from_json,
+    initial_from_params,
+)
 from jobs.models import Job
 from jobs.queries import filter_jobs, job_for, visible_jobs
 from jobs.timeline import build_timeline
@@ -31,7 +37,16 @@ from portal.roles import HasAnyRole
 
 JOB_INPUT = job_input("JobInput")
 # Every field optional: the stored job fills in what the body leaves out.
-RESUBMIT_INPUT = job_input("ResubmitInput", required=False)
+RESUBMIT_INPUT = job_input(
+    "ResubmitInput",
+    required=False,
+    run_as=serializers.ChoiceField(
+        [RUN_AS_OWNER, RUN_AS_SELF],
+        required=False,
+        help_text="another person's job: owner (default) reruns it unchanged as its "
+        "owner; self runs your edits as your own Unix account",
+    ),
+)
 
 
 def bind_form(payload, initial: dict | None = None) -> JobForm:
@@ -102,7 +117,14 @@ class JobDetailView(APIView):
 
 
 class JobResubmitView(APIView):
-    """A new job from this one's parameters, with any fields in the body changed."""
+    """A new job from this one's parameters, with any fields in the body changed.
+
+    Nobody runs code as someone else. Your own job runs as you, edited or not.
+    Another person's job (admins) runs either unchanged as its owner (`run_as`:
+    `owner`, the default: the body may only repeat the stored values) or, with
+    `run_as`: `self`, edited as your own Unix account, without the owner's set-up
+    lines. An edit sent with `owner` is a 400 whose `errors` name the edited fields.
+    """
 
     permission_classes = [HasAnyRole]
 
@@ -112,18 +134,42 @@ class JobResubmitView(APIView):
     )
     def post(self, request, slurm_id: int):
         job = job_for(request.user, slurm_id)
-        if not can_act_on_job(request.user, job):
-            raise DjangoPermissionDenied("You may only resubmit your own jobs.")
+        as_self = _run_as_self(request.data)
         try:
-            services.check_resubmittable(job)
+            services.check_resubmittable(request.user, job, as_self=as_self)
+        except services.NotYourScript as error:
+            return _not_yours(error)
         except services.RunAsRefused as error:
             return _refused(error)
-        form = bind_form(request.data, initial=initial_from_params(job.params))
+        initial = initial_from_params(job.params)
+        if not owns(request.user, job):
+            initial.pop("env_setup", None)  # the owner's, hidden: never a default for others
+        form = bind_form(request.data, initial=initial)
         try:
-            new_job = services.resubmit_job(request.user, job, form.params)
+            new_job = services.resubmit_job(request.user, job, form.params, as_self=as_self)
+        except services.NotYourScript as error:
+            return _not_yours(error)
         except services.SubmissionFailed as error:
             return _refused(error)
         return _submitted(new_job, request)
+
+
+def _run_as_self(payload) -> bool:
+    value = payload.get("run_as") if isinstance(payload, dict) else None
+    if value in (None, RUN_AS_OWNER, RUN_AS_SELF):
+        return value == RUN_AS_SELF
+    raise exceptions.ValidationError({"run_as": [f"Choose {RUN_AS_OWNER} or {RUN_AS_SELF}."]})
+
+
+def _not_yours(error: services.NotYourScript) -> Response:
+    errors = {field: [_why(field)] for field in error.fields}
+    return Response({"detail": error.message, "errors": errors}, status.HTTP_400_BAD_REQUEST)
+
+
+def _why(field: str) -> str:
+    if field == "run_as":
+        return f"Another person's job runs unchanged as its owner, or as you ({RUN_AS_SELF})."
+    return "Changed from the stored job."
 
 
 class JobCancelView(APIView):
