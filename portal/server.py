@@ -7,7 +7,11 @@ channel layer reaches every open page without Redis.
 
 from __future__ import annotations
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.exceptions import SuspiciousFileOperation
 from django.core.management.base import CommandError
+from django.http import Http404, HttpResponseNotFound
+from django.template.loader import render_to_string
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -31,18 +35,35 @@ def start_engine(worker_id: str) -> None:
     threading.Thread(target=worker.run_forever, name="engine", daemon=True).start()
 
 
+class StaticFiles(ASGIStaticFilesHandler):
+    """The portal's own static files: 404 for anything missing or outside the root.
+
+    Django's handler answered a missing file through the site's 404 view, which
+    needs what the middleware (skipped for static files) sets on the request: a
+    500. A path outside the static root (`/static/../manage.py`) raised
+    SuspiciousFileOperation from the finders: a 500 and a traceback in the log.
+    """
+
+    def serve(self, request):
+        try:
+            return super().serve(request)
+        except (Http404, SuspiciousFileOperation):
+            # The bare page: no session, user or database behind a static path.
+            page = render_to_string("error_bare.html", {"status": 404, "message": "Not found."})
+            return HttpResponseNotFound(page)
+
+
 def serve(host: str, port: int) -> None:
     from channels.routing import ProtocolTypeRouter
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     from portal.asgi import application
 
     # The portal serves its own static files; production puts a proxy in front.
     app = ProtocolTypeRouter(
         {
-            "http": ASGIStaticFilesHandler(application.application_mapping["http"]),
+            "http": StaticFiles(application.application_mapping["http"]),
             "websocket": application.application_mapping["websocket"],
         }
     )
