@@ -19,6 +19,7 @@ class ClustersConfig(AppConfig):
         # Registered here rather than when the engine is imported: ingestion runs
         # in the web process, which never imports the engine, and that is where
         # new incidents must turn into remediation runs.
-        from clusters.remediation import policies
+        from clusters.remediation import clearing, policies
 
         policies.register()
+        clearing.register()

@@ -92,6 +92,7 @@ def node_detail(request, name: str):
         "health_events": recent_events_for_node(node),
         "runs": node.remediations.select_related("requested_by")[:20],
         "undecidable": node.incidents.exclude(decision_error="").order_by("-pk")[:10],
+        "cleared": node.incidents.exclude(cleared_at=None).order_by("-cleared_at")[:5],
         "node_actions": action_menu(node) if is_admin(request.user) else [],
     }
     return render(request, "clusters/node_detail.html", context)

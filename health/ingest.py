@@ -50,6 +50,9 @@ RECEIVED_COLUMNS = ("node", "event_id", "received_at")
 # Called after commit with the incidents a batch opened or whose XIDs or severity changed
 # (the remediation engine); a repeat of what an incident already holds decides nothing new.
 incident_listeners: list[Callable[[list[int]], None]] = []
+# Called after commit with (node id, [(check name, GPU index)]) for the checks a batch
+# reported passing: a fault that clears before anything was done about it is closed.
+passed_check_listeners: list[Callable[[int, list[tuple[str, int | None]]], None]] = []
 
 
 @dataclass
@@ -499,6 +502,14 @@ def _publish_after_commit(
     newest = sorted(rows, key=lambda row: (row.last_observed_at, row.pk))
     event_ids = [row.pk for row in newest[-LIVE_ROWS_PER_BATCH:]]
     incident_ids, node_id = list(result.changed_incident_ids), node.pk
+    passed = sorted(
+        {
+            (row.check_name, row.gpu_index)
+            for row in rows
+            if row.kind == EventKind.CHECK and row.status == CheckStatus.PASS
+        },
+        key=str,
+    )
 
     def publish() -> None:
         from health.live import publish_events
@@ -510,5 +521,8 @@ def _publish_after_commit(
         if incident_ids:
             for listener in list(incident_listeners):
                 listener(incident_ids)
+        if passed:
+            for listener in list(passed_check_listeners):
+                listener(node_id, passed)
 
     transaction.on_commit(publish)

@@ -127,6 +127,10 @@ class Incident(models.Model):
     group = models.ForeignKey(
         FaultGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="incidents"
     )
+    # Closed with no action: the failed check passed again before anything irreversible
+    # was done (clusters.remediation.clearing); the reason says so.
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    cleared_reason = models.CharField(max_length=255, blank=True)
 
     class Meta:
         ordering = ["-last_event_at"]

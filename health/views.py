@@ -5,6 +5,9 @@ from __future__ import annotations
 from django.http import Http404
 from django.shortcuts import render
 
+from clusters.remediation.correlation import grouping_rule
+from clusters.remediation.models import Action, Mode
+from clusters.remediation.policies import default_for_xid
 from health import xid as catalogue
 from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
@@ -13,6 +16,11 @@ from portal.regions import pushable, shared_region
 from portal.roles import ANY_ROLE, role_required
 
 FEED_LIMIT = 200
+MODE_WORDS = {
+    Mode.AUTOMATIC: "automatically",
+    Mode.APPROVAL: "after an admin's approval",
+    Mode.DRY_RUN: "as a dry run",
+}
 
 
 @pushable("event-rows")
@@ -53,7 +61,16 @@ def xid_detail(request, code: int):
         raise Http404("No such XID")
     info = catalogue.lookup(code)
     recent = HealthEvent.objects.filter(xid=code).select_related("node")[:50]
-    context = {"info": info, "code": code, "recent": recent}
+    action, mode = default_for_xid(code)
+    context = {
+        "info": info,
+        "code": code,
+        "recent": recent,
+        "default_action": Action(action).label if action else "nothing",
+        "default_mode": MODE_WORDS.get(mode, mode),
+        "context_rule": catalogue.CONTEXT_RULES.get(code, ""),
+        "grouping": grouping_rule(info.cause),
+    }
     if request.htmx and request.htmx.target == "xid-events":
         return shared_region(
             request,

@@ -486,3 +486,22 @@ _ESCALATION_RULES = {
     120: _escalate_gsp,
     140: _reset_then_replace,
 }
+
+
+# What each context rule says, for the catalogue's page: the rule that applied is named.
+CONTEXT_RULES = {
+    45: (
+        "Alone (solo), XID 45 can mean Fabric Manager died: notify. Right after another"
+        " XID on the same GPU it is only sympathetic: folded into that XID's incident and"
+        " ignored, never counted as a fault of its own."
+    ),
+    48: "Followed by a row-remap event (63, 64): reset the GPU; alone: replace.",
+    64: "Reset the GPU first; when it comes back, replace.",
+    74: "Reset the GPU first; when it comes back, replace.",
+    79: "The first time: restart the node; again on the same GPU within a day: replace.",
+    95: "Reset the GPU where MIG is on, else reboot; again: replace.",
+    110: "Reset the GPU; when it survives the reset: replace.",
+    119: "Reset the GPU; again: power-cycle; surviving that: replace.",
+    120: "Reset the GPU; again: power-cycle; surviving that: replace.",
+    140: "Reset the GPU first; when it comes back, replace.",
+}

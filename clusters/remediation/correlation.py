@@ -206,6 +206,22 @@ def summarize_part(group: FaultGroup) -> str:
     )[:500]
 
 
+def grouping_rule(cause: str) -> str:
+    """How an XID of this cause class is grouped across nodes, in words for its page."""
+    if cause == catalogue.Cause.APPLICATION:
+        return (
+            f"On two or more nodes of one job within {window().total_seconds():g} s, it is"
+            " the job's own fault: one incident for the job, no node acted on."
+        )
+    if cause in PART_CAUSES:
+        return (
+            f"On {part_min_nodes()} or more nodes under one switch, rack or power feed within"
+            f" {part_window().total_seconds():g} s, it is the part's fault: its nodes are"
+            " drained and replacing them waits for an admin."
+        )
+    return ""
+
+
 # ----------------------------------------------------------------- jobs
 def job_at(node_id: int, at: datetime) -> Job | None:
     """The multi-node job that ran on the node at `at`, if any."""

@@ -48,15 +48,6 @@ RUNG_ACTIONS: dict[catalogue.Rung, str | None] = {
     catalogue.Rung.REBOOT: Action.REBOOT,
     catalogue.Rung.REPLACE: Action.REPLACE,
 }
-# Mildest first: when an incident holds several XIDs the most drastic action wins.
-ACTION_RANK = (
-    None,
-    Action.NOTIFY,
-    Action.RESTART_APP,
-    Action.RESET_GPU,
-    Action.REBOOT,
-    Action.REPLACE,
-)
 # The catalogue says "restart the node" for XID 79, but the product's automatic
 # recovery plan replaces a node whose GPU fell off the bus, without waiting for
 # an admin: the GPU rarely comes back healthy and the job should not wait on it.
@@ -111,7 +102,8 @@ def decide(incident: Incident, *, policies: dict | None = None) -> Decision:
     if not candidates:
         candidates = _for_checks(incident, policies)
     base = _no_action(incident, "nothing to do")
-    return max([base, *candidates], key=lambda d: ACTION_RANK.index(d.action))
+    # The most drastic action wins (one ranking, SEVERITY, for this and for escalation).
+    return max([base, *candidates], key=lambda d: SEVERITY.get(d.action, 0))
 
 
 def _for_xid(incident: Incident, xid: int, policies: dict) -> Decision:
