@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from clusters import holders
 from clusters.backends.base import JobInfo
 from clusters.backends.simulated import SimFault, SimulatedCluster
 from clusters.live import publish_nodes
@@ -85,8 +86,17 @@ class RepairShop:
     _broken_since: dict[str, object] = field(default_factory=dict)
 
     def step(self) -> None:
+        # Medbay also sends to repair a spare with a fault of its own and a replacement
+        # that failed validation; without them the demo's spare pool would only shrink.
+        in_repair = set(
+            Node.objects.filter(cluster=self.cluster, in_repair_since__isnull=False).values_list(
+                "name", flat=True
+            )
+        )
         for info in self.sim.nodes():
-            if "fail" in info.flags and info.reason.startswith("medbay: Action:Replace"):
+            replaced = "fail" in info.flags and info.reason.startswith("medbay: Action:Replace")
+            sent = info.name in in_repair and holders.out_of_service(info)
+            if replaced or (sent and holders.is_medbays(info.reason)):
                 self._broken_since.setdefault(info.name, self.sim.now)
         for name, since in list(self._broken_since.items()):
             if self.sim.now - since >= self.repair_after:
@@ -107,6 +117,8 @@ class RepairShop:
                 health_reason="repaired (simulated RMA)",
                 health_changed_at=timezone.now(),
             )
+            # Back from repair: a spare Medbay may offer again (clusters/remediation/spares.py).
+            Node.objects.filter(pk=node.pk).update(in_repair_since=None, repair_note="")
             transaction.on_commit(lambda: publish_nodes([node.pk]))
 
 

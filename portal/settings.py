@@ -286,6 +286,11 @@ MEDBAY_SIM_PREFIX = env_str("MEDBAY_SIM_PREFIX", "gpu")
 MEDBAY_HISTORY_RETENTION_DAYS = env_int("MEDBAY_HISTORY_RETENTION_DAYS", 0)
 # Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
 MEDBAY_BREAKER_PARTITION_PCT = env_float("MEDBAY_BREAKER_PARTITION_PCT", 10.0)
+# However small the partition, this many of its nodes may be in remediation at once
+# (never more than it has): at 10 % alone, a pool of four stopped at its first node.
+MEDBAY_BREAKER_PARTITION_MIN_NODES = env_int("MEDBAY_BREAKER_PARTITION_MIN_NODES", 2)
+if MEDBAY_BREAKER_PARTITION_MIN_NODES < 1:
+    raise ImproperlyConfigured("MEDBAY_BREAKER_PARTITION_MIN_NODES must be at least 1")
 MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)
 MEDBAY_BREAKER_WINDOW_S = env_int("MEDBAY_BREAKER_WINDOW_S", 600)
 MEDBAY_FLAP_FAULTS = env_int("MEDBAY_FLAP_FAULTS", 3)

@@ -223,8 +223,11 @@ class FleetProvider(Protocol):
     def uncordon(self, node: str) -> None: ...
     def evict(self, node: str, *, timeout_s: float = 300) -> None: ...
     def move_to_pool(self, node: str, pool: str) -> None: ...
-    def replace(self, node: str, reason: str) -> str: ...  # returns the replacement's name
-    def spare_capacity(self) -> list[str]: ...  # names of free spares
+    # Brings in the first of SPARES still free (Medbay's healthy spares, best first:
+    # clusters/remediation/spares.py), or the fleet's own pick when none are given;
+    # returns the replacement's name.
+    def replace(self, node: str, reason: str, *, spares: Sequence[str] = ()) -> str: ...
+    def spare_capacity(self) -> list[str]: ...  # names of the spares the fleet sees free
 
 
 def nodes_named(backend: ClusterBackend, names: Sequence[str]) -> list[NodeInfo]:
@@ -236,3 +239,20 @@ def nodes_named(backend: ClusterBackend, names: Sequence[str]) -> list[NodeInfo]
         return list(reader(names))
     wanted = set(names)
     return [info for info in backend.nodes() if info.name in wanted]
+
+
+def pick_spare(free: Sequence[str], wanted: Sequence[str] = ()) -> str:
+    """For a spare-pool fleet's `replace`: the first of WANTED (Medbay's healthy spares,
+    best first) that is still among the FREE spares, else the first free spare when
+    nothing was asked for."""
+    if wanted:
+        for name in wanted:
+            if name in free:
+                return name
+        # Taken or drained since Medbay chose them: the step chooses again on retry.
+        raise BackendError(
+            f"None of the spares {', '.join(wanted)} is free any more", permanent=False
+        )
+    if not free:
+        raise BackendError("No spare capacity: the spare pool is empty", permanent=True)
+    return free[0]

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from clusters.backends.base import BackendError
+from clusters.backends.base import BackendError, pick_spare
 
 POOL_LABEL = "medbay.io/pool"
 REASON_ANNOTATION = "medbay.io/reason"
@@ -67,7 +67,7 @@ class KubernetesFleet:
         self._host, self._token, self._ca_cert = host, token, ca_cert
         self._kubeconfig, self._context, self._verify_ssl = kubeconfig, context, verify_ssl
         self._api = api
-        self._provisioner = provisioner or self._bring_in_spare
+        self._provisioner = provisioner
         self._timeout = request_timeout_s
         self._backoff_s, self._max_backoff_s = backoff_s, max_backoff_s
         self._poll_interval_s = poll_interval_s
@@ -159,11 +159,15 @@ class KubernetesFleet:
                 _request_timeout=self._timeout,
             )
 
-    def replace(self, node: str, reason: str) -> str:
+    def replace(self, node: str, reason: str, *, spares: Sequence[str] = ()) -> str:
+        """Bring in the first of SPARES still free (Medbay's choice), else the first free
+        spare; a provisioner given to the fleet (a cloud's new machine) has none to choose."""
         failed = self._read_node(node)  # an unknown node is a permanent error, before any change
         replacement = self._replacement_already_made(failed)
-        if replacement is None:
+        if replacement is None and self._provisioner is not None:
             replacement = self._provisioner(node, reason)
+        elif replacement is None:
+            replacement = self._bring_in_spare(node, reason, spares=spares)
         # Provision first, delete after: if provisioning fails the cordoned node is still
         # there for the engine to retry or escalate, instead of silently vanishing.
         if replacement != node:
@@ -175,18 +179,19 @@ class KubernetesFleet:
 
     # -- the default provisioner -----------------------------------------------------------
 
-    def _bring_in_spare(self, node: str, reason: str) -> str:
+    def _bring_in_spare(self, node: str, reason: str, *, spares: Sequence[str] = ()) -> str:
         failed = self._read_node(node)
         pool = _labels(failed).get(POOL_LABEL, "training")
         if pool == "spare":
             pool = "training"  # a spare that failed was in service; send its successor there
         for _ in range(CONFLICT_ATTEMPTS):
-            spares = self._free_spares()
-            if not spares:
+            free = self._free_spares()
+            if not free:
                 raise BackendError(f"no spare capacity to replace {node}", permanent=True)
-            spare = min(spares, key=lambda n: n.metadata.name)
-            if self._claim_spare(spare, failed, pool):
-                return spare.metadata.name
+            by_name = {n.metadata.name: n for n in free}
+            chosen = by_name[pick_spare(sorted(by_name), spares)]
+            if self._claim_spare(chosen, failed, pool):
+                return chosen.metadata.name
         raise BackendError(f"spares kept changing while replacing {node}", permanent=False)
 
     def _claim_spare(self, spare: client.V1Node, failed: client.V1Node, pool: str) -> bool:

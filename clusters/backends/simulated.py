@@ -26,6 +26,7 @@ from clusters.backends.base import (
     JobSubmission,
     NodeInfo,
     PartitionInfo,
+    pick_spare,
 )
 from clusters.backends.job_files import expand_output_pattern
 
@@ -600,6 +601,8 @@ class SimulatedCluster:
             sim_node.partitions = [partition]
 
     def spare_capacity(self) -> list[str]:
+        """Idle spares, as Slurm would see them; Medbay's choice among them is
+        clusters.remediation.spares."""
         with self._lock:
             used = self._gpus_used_by_node()
             return [
@@ -611,14 +614,13 @@ class SimulatedCluster:
                 and used.get(node.name, 0) == 0
             ]
 
-    def replace(self, node: str, reason: str) -> str:
-        """Bring a free spare into the failed node's partitions; fail the old node."""
+    def replace(self, node: str, reason: str, *, spares: Sequence[str] = ()) -> str:
+        """Bring the first of SPARES still free (else the first free spare) into the
+        failed node's partitions; fail the old node."""
         with self._lock:
             failed = self._node(node)
-            spares = self.spare_capacity()
-            if not spares:
-                raise BackendError("No spare capacity: the spare pool is empty", permanent=True)
-            spare = self._nodes[spares[0]]
+            free = [name for name in self.spare_capacity() if name != node]
+            spare = self._nodes[pick_spare(free, spares)]
             spare.partitions = list(failed.partitions)
             spare.pool = failed.pool
             spare.flags -= {"drain", "fail"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clusters.backends.base import BackendError, ClusterBackend, NodeInfo
+from clusters.backends.base import BackendError, ClusterBackend, NodeInfo, pick_spare
 
 SPARE_PARTITION = "spare"
 POOL_PARTITIONS = {"training": "train", "inference": "infer", "spare": SPARE_PARTITION}
@@ -39,7 +39,8 @@ class SlurmSparesFleet:
         return {info.name: list(info.nodes) for info in self.backend.partitions()}
 
     def spare_capacity(self) -> list[str]:
-        """Idle, schedulable spares, in name order (the next replacement is the first)."""
+        """Idle, schedulable spares, in name order. Slurm cannot tell a sound spare from
+        one whose GPU failed: which of them Medbay offers is clusters.remediation.spares."""
         return sorted(
             info.name
             for info in self.backend.nodes()
@@ -83,16 +84,14 @@ class SlurmSparesFleet:
             if partition != target and node in members.get(partition, []):
                 self._set(partition, [n for n in members[partition] if n != node])
 
-    def replace(self, node: str, reason: str) -> str:
-        """Bring the first free spare into `node`'s partitions; fail `node` and take it out."""
+    def replace(self, node: str, reason: str, *, spares: Sequence[str] = ()) -> str:
+        """Bring the first of SPARES still free (else the first free spare) into `node`'s
+        partitions; fail `node` and take it out."""
         nodes = self._nodes()
         failed = nodes.get(node)
         if failed is None:
             raise BackendError(f"Invalid node name specified: {node}", permanent=True)
-        spares = [name for name in self.spare_capacity() if name != node]
-        if not spares:
-            raise BackendError("No spare capacity: the spare pool is empty", permanent=True)
-        spare = spares[0]
+        spare = pick_spare([name for name in self.spare_capacity() if name != node], spares)
         members = self._members()
         targets = [p for p in failed.partitions if p != self.spare_partition] or ["train"]
         # Fail first: whatever happens next, the broken node takes no new work.

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
-from clusters.remediation import services
+from clusters.remediation import services, spares
 from clusters.remediation.models import (
     Action,
     Mode,
@@ -373,6 +373,8 @@ class Impact:
     interrupts_jobs: bool
     grace_s: int
     spares: list[str] = field(default_factory=list)
+    # Free spares the replace would not take, and why (clusters/remediation/spares.py).
+    spares_skipped: dict[str, str] = field(default_factory=dict)
     refusal: str = ""
     # Put back into service with these GPUs marked failed: warned, needs a confirmation.
     failed_gpus: list[int] = field(default_factory=list)
@@ -398,7 +400,8 @@ def impact_preview(node: Node, action: str, *, steps: list[str] | None = None) -
     )
     checkpoints = last_checkpoints([job.pk for job in jobs])
     affected = [_affected(job, checkpoints.get(job.pk), now) for job in jobs]
-    spares = spare_nodes(node) if "check_eligibility" in steps or "replace" in steps else []
+    replaces = "check_eligibility" in steps or "replace" in steps
+    choice = spare_nodes(node) if replaces else spares.SpareChoice()
     return Impact(
         node=node,
         action=action,
@@ -407,7 +410,8 @@ def impact_preview(node: Node, action: str, *, steps: list[str] | None = None) -
         # Drain-only plans let jobs finish; these plans signal and requeue them.
         interrupts_jobs="requeue_jobs" in steps,
         grace_s=_grace_for(node, {job.partition for job in jobs}),
-        spares=spares,
+        spares=choice.offered,
+        spares_skipped=choice.skipped,
         refusal=refusal(node, action),
         failed_gpus=failed_gpus(node) if action in BACK_TO_SERVICE else [],
         held_by=" and ".join(filter(None, (node.held_by, node.fleet_held_by))),
@@ -442,15 +446,13 @@ def last_checkpoints(job_pks: list[int]) -> dict[int, datetime]:
     return {row["job_id"]: row["at"] for row in rows}
 
 
-def spare_nodes(node: Node) -> list[str]:
-    """Idle spares of the node's cluster, as the last sync saw them."""
-    return list(
-        Node.objects.filter(
-            cluster_id=node.cluster_id, pool__kind=PoolKind.SPARE, status=NodeStatus.SPARE
-        )
-        .exclude(pk=node.pk)
-        .values_list("name", flat=True)
-    )
+def spare_nodes(node: Node) -> spares.SpareChoice:
+    """Idle spares of the node's cluster, as the last sync saw them, chosen among as
+    the replace step will choose."""
+    idle = Node.objects.filter(
+        cluster_id=node.cluster_id, pool__kind=PoolKind.SPARE, status=NodeStatus.SPARE
+    ).values_list("name", flat=True)
+    return spares.choose(node.cluster_id, idle, exclude=[node.name])
 
 
 def _grace_for(node: Node, partitions: set[str]) -> int:

@@ -3,7 +3,11 @@
 A bad driver push or a cooling failure makes many nodes report faults at once;
 draining all of them would do more harm than the faults. The breaker caps how
 many nodes automatic remediation may take out: per partition a share of its
-nodes (at least one), and cluster-wide a number of nodes per time window. While
+nodes, never fewer than a floor (MEDBAY_BREAKER_PARTITION_MIN_NODES) nor more than
+the partition has, and cluster-wide a number of nodes per time window. The spare
+partition has no share of its own: its nodes run no jobs, so taking a faulty spare
+to repair costs no capacity in service, while leaving it free would offer a broken
+node to the next replacement; the cluster-wide limit still counts spares. While
 it is open, automatic triggers are counted and dropped, never queued, so when it
 closes nothing stale is replayed. Admin-requested runs are never blocked.
 """
@@ -14,9 +18,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from clusters.backends.slurm_spares import SPARE_PARTITION
 from clusters.models import Node, Partition
 from clusters.remediation.models import (
     Action,
@@ -51,6 +56,10 @@ def partition_pct() -> float:
     return float(getattr(settings, "MEDBAY_BREAKER_PARTITION_PCT", 10))
 
 
+def partition_min_nodes() -> int:
+    return int(getattr(settings, "MEDBAY_BREAKER_PARTITION_MIN_NODES", 2))
+
+
 def max_nodes() -> int:
     return int(getattr(settings, "MEDBAY_BREAKER_MAX_NODES", 4))
 
@@ -76,8 +85,20 @@ def _draining_runs(exclude_run: int | None = None):
 
 
 def partition_cap(total: int) -> int:
-    """How many of a partition's nodes may be in remediation at once (at least one)."""
-    return max(1, int(total * partition_pct() // 100))
+    """How many of a partition's TOTAL nodes may be in remediation at once: its share,
+    but at least the floor and at most TOTAL (and always one). Without the floor a pool
+    of four at 10 % allowed one node, so a second fault waited for the first run to end."""
+    share = int(total * partition_pct() // 100)
+    return max(1, min(total, max(partition_min_nodes(), share)))
+
+
+def _partition_limit(total: int) -> str:
+    if int(total * partition_pct() // 100) >= partition_min_nodes():
+        return f"limit {partition_pct():g}%"
+    return (
+        f"limit {partition_cap(total)}: {partition_pct():g}% of the partition, "
+        f"at least {partition_min_nodes()}"
+    )
 
 
 def breaker_blocks(node: Node, *, exclude_run: int | None = None) -> str:
@@ -174,11 +195,13 @@ class BreakerLedger:
         if not self._read:
             self._load()
         for name, partition_id in self.partitions_of.get(node_id, []):
+            if name == SPARE_PARTITION:
+                continue  # no share of its own (see the module's docstring)
             total, busy = self.totals.get(partition_id, 0), self.busy[partition_id]
             if busy >= partition_cap(total):
                 return name, (
                     f"{busy} of {total} nodes in partition {name} are already in "
-                    f"remediation (limit {partition_pct():g}%)"
+                    f"remediation ({_partition_limit(total)})"
                 )
         if len(self.recent) >= max_nodes():
             minutes = window().total_seconds() / 60
@@ -323,12 +346,35 @@ def _still_over(trip: BreakerTrip) -> bool:
         since = timezone.now() - window()
         recent = runs.filter(created_at__gte=since).exclude(trigger=Trigger.ADMIN)
         return recent.values("node").distinct().count() >= max_nodes()
+    if trip.partition == SPARE_PARTITION:
+        return False  # a trip opened before the spare partition had no share of its own
     partitions = Partition.objects.filter(name=trip.partition)
     for partition in partitions:
         busy = runs.filter(status__in=[str(s) for s in ACTIVE], node__partitions=partition)
         if busy.values("node").distinct().count() >= partition_cap(partition.nodes.count()):
             return True
     return False
+
+
+def latest_refusal(node: Node) -> BreakerRefusal | None:
+    """The node's latest refusal by a breaker trip that is still open, or None. The
+    node page shows it: an admin looking at a red node must see that automation was
+    held back, and why, not only the incident's page."""
+    refused = BreakerRefusal.objects.filter(node=node, trip__closed_at__isnull=True)
+    if not refused.exists():  # the usual case: one indexed query
+        return None
+    close_recovered_trips()
+    return refused.select_related("trip").order_by("-at", "-id").first()
+
+
+def refused_nodes(limit: int = 10) -> tuple[list[BreakerRefusal], int]:
+    """Each node's latest refusal by the open trips, newest first (at most LIMIT), and
+    how many nodes they refused in all: what the board's breaker banner lists."""
+    refused = BreakerRefusal.objects.filter(trip__closed_at__isnull=True)
+    latest = refused.order_by().values("node_id").annotate(last=Max("pk")).values("last")
+    rows = BreakerRefusal.objects.filter(pk__in=Subquery(latest)).select_related("node")
+    total = refused.order_by().values("node_id").distinct().count()
+    return list(rows.order_by("-pk")[:limit]), total
 
 
 def fault_count(node: Node) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from clusters.remediation.models import Action, BreakerTrip
-from clusters.remediation.safety import breaker_state
+from clusters.remediation.safety import breaker_state, latest_refusal, refused_nodes
 from clusters.remediation.transitions import RunStatus
 
 register = template.Library()
@@ -23,6 +23,19 @@ def open_breaker():
         return None
     state = breaker_state()
     return state.trips[0] if state.open else None
+
+
+@register.simple_tag
+def breaker_refusal(node):
+    """The node's latest refusal by a breaker trip still open (its page), or None."""
+    return latest_refusal(node)
+
+
+@register.simple_tag
+def breaker_refused_nodes(limit: int = 10):
+    """(each refused node's latest refusal, newest first, at most LIMIT; how many nodes)
+    for the breaker banner, under an open trip (`open_breaker` closed the others)."""
+    return refused_nodes(limit)
 
 
 # What each step of a plan (clusters/remediation/plans.py) is called on a page.

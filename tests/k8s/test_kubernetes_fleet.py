@@ -277,6 +277,16 @@ def test_replace_never_picks_a_spare_that_is_not_ready_or_is_cordoned(server, fl
     assert fleet.replace("gpu-01", "xid-79") == "spare-c"
 
 
+def test_replace_brings_in_the_first_free_spare_of_those_medbay_chose(server, fleet):
+    server.add_node("gpu-01")
+    server.add_node("spare-a", pool="spare")
+    server.add_node("spare-b", pool="spare", unschedulable=True)
+    server.add_node("spare-c", pool="spare")
+
+    assert fleet.replace("gpu-01", "xid-79", spares=["spare-b", "spare-c"]) == "spare-c"
+    assert fleet.spare_capacity() == ["spare-a"]
+
+
 def test_replace_without_a_free_spare_is_permanent_and_keeps_the_failed_node(server, fleet):
     server.add_node("gpu-01")
     server.add_node("spare-a", pool="spare", ready=False)

@@ -70,9 +70,9 @@ def test_two_workers_and_racing_triggers_replace_each_node_exactly_once(sim, syn
     replaced = []
     real_replace = sim.replace
 
-    def counting_replace(node, reason):
+    def counting_replace(node, reason, **options):
         replaced.append(node)
-        return real_replace(node, reason)
+        return real_replace(node, reason, **options)
 
     sim.replace = counting_replace
     stop = threading.Event()
