@@ -54,6 +54,10 @@ def application_only(xids) -> bool:
 
 
 def correlate(incident: Incident, now: datetime) -> Verdict:
+    if incident.group_id is not None and _outgrew(incident):
+        # A job's crash, then a hardware XID on the same GPU: no longer the job's alone.
+        Incident.objects.filter(pk=incident.pk).update(group=None)
+        incident.group, incident.group_id = None, None
     if incident.group_id is not None:
         # A group an admin split is decided node by node, and never formed again.
         return Verdict() if incident.group.split_at else Verdict(group=incident.group)
@@ -223,6 +227,10 @@ def grouping_rule(cause: str) -> str:
 
 
 # ----------------------------------------------------------------- jobs
+def _outgrew(incident: Incident) -> bool:
+    return incident.group.kind == FaultGroupKind.JOB and not application_only(incident.xids)
+
+
 def job_at(node_id: int, at: datetime) -> Job | None:
     """The multi-node job that ran on the node at `at`, if any."""
     running = Job.objects.filter(

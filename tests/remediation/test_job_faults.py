@@ -136,3 +136,17 @@ def test_an_admin_splits_a_jobs_fault_and_each_node_is_decided_on_its_own(
     assert group.split_by == "admin"
     feed = client.get("/health/events/").content.decode()
     assert f"fault-group-{group.pk}" not in feed
+
+
+def test_a_hardware_xid_on_a_gpu_of_a_grouped_job_fault_is_decided_for_its_node(
+    four_node_job, settings, django_capture_on_commit_callbacks
+):
+    settings.MEDBAY_JOB_FAULT_WINDOW_S = 30
+    with django_capture_on_commit_callbacks(execute=True):
+        every_gpu_reports(four_node_job.node_names[:2], 13)
+        [grown] = ingest_xid(four_node_job.node_names[0], 79, gpu=0).incident_ids
+    incident = Incident.objects.get(pk=grown)
+    assert sorted(incident.xids) == [13, 79] and incident.group_id is None
+    run = Remediation.objects.get()
+    assert (run.incident_id, run.action) == (grown, "replace")
+    assert FaultGroup.objects.get().incidents.count() == 15
