@@ -311,6 +311,24 @@ if not 0 < MEDBAY_PART_FAULT_WINDOW_S <= 600:
     raise ImproperlyConfigured("MEDBAY_PART_FAULT_WINDOW_S must be between 0 and 600 seconds")
 if MEDBAY_PART_FAULT_MIN_NODES < 2:
     raise ImproperlyConfigured("MEDBAY_PART_FAULT_MIN_NODES must be 2 or more")
+# The catalogue's cause classes each rule groups (health/xid.py Cause; each XID's page
+# shows its class): a job's own fault, and a shared part's.
+MEDBAY_JOB_FAULT_CAUSES = env_list("MEDBAY_JOB_FAULT_CAUSES", ["application"])
+MEDBAY_PART_FAULT_CAUSES = env_list(
+    "MEDBAY_PART_FAULT_CAUSES", ["hardware", "pcie", "nvlink", "memory_ecc"]
+)
+for _name, _causes in (
+    ("MEDBAY_JOB_FAULT_CAUSES", MEDBAY_JOB_FAULT_CAUSES),
+    ("MEDBAY_PART_FAULT_CAUSES", MEDBAY_PART_FAULT_CAUSES),
+):
+    from health.xid import Cause as _Cause
+
+    _unknown = sorted(set(_causes) - {str(cause) for cause in _Cause})
+    if _unknown:
+        raise ImproperlyConfigured(
+            f"{_name}: unknown cause class {', '.join(_unknown)}; expected some of "
+            f"{', '.join(str(cause) for cause in _Cause)}"
+        )
 for _path in MEDBAY_TOPOLOGY_FILES:
     try:
         from clusters.backends.slurm_parsers.topology import parse_parts

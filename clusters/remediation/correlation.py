@@ -45,12 +45,15 @@ class Verdict:
     hold_until: datetime | None = None
 
 
+def job_causes() -> frozenset[str]:
+    return frozenset(getattr(settings, "MEDBAY_JOB_FAULT_CAUSES", [catalogue.Cause.APPLICATION]))
+
+
 def application_only(xids) -> bool:
-    """Whether every XID of an incident is catalogued as the application's fault."""
+    """Whether every XID of an incident is of a class a job's own fault shows as."""
     codes = [code for code in xids or [] if isinstance(code, int)]
-    return bool(codes) and all(
-        catalogue.lookup(code).cause == catalogue.Cause.APPLICATION for code in codes
-    )
+    causes = job_causes()
+    return bool(codes) and all(catalogue.lookup(code).cause in causes for code in codes)
 
 
 def correlate(incident: Incident, now: datetime) -> Verdict:
@@ -87,14 +90,11 @@ def correlate(incident: Incident, now: datetime) -> Verdict:
 
 # ----------------------------------------------------------------- shared parts
 # Faults a shared part can cause on every node under it: the hardware, the bus, the links.
-PART_CAUSES = frozenset(
-    {
-        catalogue.Cause.HARDWARE,
-        catalogue.Cause.PCIE,
-        catalogue.Cause.NVLINK,
-        catalogue.Cause.MEMORY_ECC,
-    }
-)
+PART_CAUSES = ("hardware", "pcie", "nvlink", "memory_ecc")
+
+
+def part_causes() -> frozenset[str]:
+    return frozenset(getattr(settings, "MEDBAY_PART_FAULT_CAUSES", PART_CAUSES))
 
 
 def part_window() -> timedelta:
@@ -108,7 +108,8 @@ def part_min_nodes() -> int:
 def hardware_class(xids) -> bool:
     """Whether any XID of an incident is of a kind a shared part could cause."""
     codes = [code for code in xids or [] if isinstance(code, int)]
-    return any(catalogue.lookup(code).cause in PART_CAUSES for code in codes)
+    causes = part_causes()
+    return any(catalogue.lookup(code).cause in causes for code in codes)
 
 
 def topology_files() -> list[Path]:
@@ -212,12 +213,12 @@ def summarize_part(group: FaultGroup) -> str:
 
 def grouping_rule(cause: str) -> str:
     """How an XID of this cause class is grouped across nodes, in words for its page."""
-    if cause == catalogue.Cause.APPLICATION:
+    if cause in job_causes():
         return (
             f"On two or more nodes of one job within {window().total_seconds():g} s, it is"
             " the job's own fault: one incident for the job, no node acted on."
         )
-    if cause in PART_CAUSES:
+    if cause in part_causes():
         return (
             f"On {part_min_nodes()} or more nodes under one switch, rack or power feed within"
             f" {part_window().total_seconds():g} s, it is the part's fault: its nodes are"

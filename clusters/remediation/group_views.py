@@ -58,3 +58,28 @@ def decide_part(request, pk: int, decision: str):
     words = "; ".join(f"{node}: {what}" for node, what in outcome.items())
     messages.success(request, f"{group.part}: {words or 'no nodes'}")
     return redirect("fault-group", pk=pk)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def group_by_hand(request):
+    """From the approval queue (a new group) or a group's page (add to it)."""
+    into = None
+    if request.POST.get("group"):
+        into = FaultGroup.objects.filter(pk=_number(request.POST["group"])).first()
+        if into is None:
+            raise Http404("No such fault group")
+    note = " ".join(request.POST.get("note", "").split())[:150]
+    try:
+        group = group_decisions.group_by_hand(
+            request.POST.get("incidents", ""), request.user, note=note, into=into
+        )
+    except group_decisions.GroupingError as error:
+        messages.error(request, str(error))
+        return redirect("fault-group", pk=into.pk) if into else redirect("remediation-approvals")
+    messages.success(request, f"Grouped: {group.summary}")
+    return redirect("fault-group", pk=group.pk)
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() and len(text) < 12 else 0

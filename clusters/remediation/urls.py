@@ -10,6 +10,7 @@ urlpatterns = [
         views.decide_incident_again,
         name="remediation-decide-again",
     ),
+    path("faults/group/", group_views.group_by_hand, name="fault-group-by-hand"),
     path("faults/<int:pk>/", group_views.fault_group, name="fault-group"),
     path("faults/<int:pk>/split/", group_views.split_group, name="fault-group-split"),
     path(

@@ -100,3 +100,26 @@ def test_the_channel_layer_is_redis_lists_unless_pubsub_is_asked_for():
     assert alone.endswith("InMemoryChannelLayer")
     wrong = channel_layer_with(REDIS_URL=redis, CHANNEL_LAYER="kafka")
     assert wrong.returncode != 0 and "CHANNEL_LAYER must be one of lists, pubsub" in wrong.stderr
+
+
+@pytest.mark.parametrize(
+    "env, words",
+    [
+        ({"MEDBAY_JOB_FAULT_WINDOW_S": "0"}, "MEDBAY_JOB_FAULT_WINDOW_S must be between"),
+        ({"MEDBAY_PART_FAULT_MIN_NODES": "1"}, "MEDBAY_PART_FAULT_MIN_NODES must be 2 or more"),
+        ({"MEDBAY_JOB_FAULT_CAUSES": "application,gremlins"}, "unknown cause class gremlins"),
+        ({"MEDBAY_TOPOLOGY_FILES": "/nonexistent/topology.conf"}, "MEDBAY_TOPOLOGY_FILES:"),
+    ],
+)
+def test_bad_grouping_settings_stop_the_portal_naming_the_setting(env, words):
+    result = run_check(DEBUG="true", **env)
+    assert result.returncode != 0
+    assert words in result.stderr
+
+
+def test_a_topology_file_that_does_not_parse_names_its_line(tmp_path):
+    broken = tmp_path / "site.parts"
+    broken.write_text("Rack=r1 Nodes=gpu-[01-04]\nRack=r2\n")
+    result = run_check(DEBUG="true", MEDBAY_TOPOLOGY_FILES=str(broken))
+    assert result.returncode != 0
+    assert f"MEDBAY_TOPOLOGY_FILES: {broken} line 2: r2 has no Nodes=" in result.stderr

@@ -108,3 +108,32 @@ def test_the_parts_page_shows_its_nodes_events_and_runs_and_an_admin_decides_on_
     assert "already has an active remediation" in answer.content.decode()
     assert Remediation.objects.filter(action=Action.REPLACE).count() == 0
     assert client.post(f"/faults/{group.pk}/decide/explode/").status_code == 404
+
+
+def test_an_admin_groups_incidents_by_hand_and_bad_input_gets_a_clear_answer(
+    big_sim, client, admin_user, settings, django_capture_on_commit_callbacks
+):
+    settings.MEDBAY_TOPOLOGY_FILES = []
+    with django_capture_on_commit_callbacks(execute=True):
+        first = ingest_xid("gpu-05", 74, gpu=1).incident_ids[0]
+        second = ingest_xid("gpu-06", 74, gpu=1).incident_ids[0]
+    client.force_login(admin_user)
+    answer = client.post("/faults/group/", {"incidents": f"{first}, {second}", "note": "one cable"})
+    group = FaultGroup.objects.get()
+    assert answer.status_code == 302 and answer["Location"] == f"/faults/{group.pk}/"
+    assert group.kind == FaultGroupKind.MANUAL
+    assert group.rule == "grouped by hand by admin: one cable"
+    assert set(group.incidents.values_list("pk", flat=True)) == {first, second}
+    page = client.get(f"/faults/{group.pk}/").content.decode()
+    assert "2 incidents on 2 nodes, grouped by hand by admin: one cable" in page
+
+    for bad, words in [
+        ("", "Name the incidents to group"),
+        ("12; DROP", "Incidents are named by number"),
+        ("999999", "No incident 999999."),
+        (str(first), "Name two or more incidents"),
+    ]:
+        answer = client.post("/faults/group/", {"incidents": bad}, follow=True)
+        assert answer.status_code == 200
+        assert words in answer.content.decode()
+    assert FaultGroup.objects.count() == 1

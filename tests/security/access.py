@@ -84,6 +84,7 @@ ACCESS: dict[str, Access] = {
     "fault-group": page(get=MEDBAY),
     "fault-group-split": page(post=ADMINS),
     "fault-group-decide": page(post=ADMINS),
+    "fault-group-by-hand": page(post=ADMINS),
     "remediation-policies": page(get=ADMINS),
     "remediation-policy-new": page(get=ADMINS, post=ADMINS),
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),
