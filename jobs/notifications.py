@@ -78,6 +78,18 @@ def notify_job_finished(job) -> None:
     notify_owner(job, NotificationKind.FINISHED, subject, text)
 
 
+def notify_jobs_finished(job_pks: list[int]) -> None:
+    """The sync's listener: jobs that ended after a restart (a failure is logged; the
+    cycle that saw them has committed and must not fail for a mail server)."""
+    from jobs.models import Job
+
+    for job in Job.objects.filter(pk__in=job_pks).select_related("submitted_by"):
+        try:
+            notify_job_finished(job)
+        except Exception:
+            logger.exception("Could not tell the owner of job %s it finished", job.slurm_id)
+
+
 def notify_job_fault(job, *, summary: str) -> None:
     """Tell the owner, once, that their job's own fault stopped it (a fault group)."""
     subject = f"[Medbay] Job {job.slurm_id} ({job.name or 'unnamed'}) hit a fault of its own"

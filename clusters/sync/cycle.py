@@ -19,6 +19,7 @@ from clusters.models import Cluster
 from clusters.sync.jobs import sync_jobs
 from clusters.sync.nodes import pools_by_partition, sync_nodes, sync_partitions
 from jobs.live import publish_jobs
+from jobs.notifications import notify_jobs_finished
 
 logger = logging.getLogger("clusters.sync")
 
@@ -33,6 +34,8 @@ class SyncResult:
     jobs_changed: list[int] = field(default_factory=list)
     jobs_new: list[int] = field(default_factory=list)
     restarts: list[int] = field(default_factory=list)
+    # Jobs that ended this cycle after Slurm had restarted them: their owners are told.
+    finished_after_restart: list[int] = field(default_factory=list)
     controller_up: bool = True
     error: str = ""
     partition_drift: dict = field(default_factory=dict)
@@ -141,6 +144,9 @@ def apply_snapshot(
         new_jobs = list(result.jobs_new)
         transaction.on_commit(lambda: publish_nodes(changed_nodes))
         transaction.on_commit(lambda: publish_jobs(changed_jobs, new_jobs))
+        if result.finished_after_restart:
+            ended = list(result.finished_after_restart)
+            transaction.on_commit(lambda: notify_jobs_finished(ended))
         if came_back:
             transaction.on_commit(lambda: publish_banner(cluster.pk))
     return result

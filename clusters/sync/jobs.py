@@ -140,6 +140,8 @@ def sync_jobs(cluster, infos, node_ids, actor, now, result, read_at=None) -> Non
         history.append(_job_change(row, JobState.COMPLETED, VANISHED_REASON, actor, now))
         row.state, row.reason, row.node_names = JobState.COMPLETED, VANISHED_REASON, []
         vanished.append(row)
+        if row.restart_count:
+            result.finished_after_restart.append(row.pk)
     if new_jobs:
         for row in Job.objects.bulk_create(new_jobs):
             history.append(_job_change(row, row.state, row.reason, actor, now, from_state=""))
@@ -338,6 +340,8 @@ def _record_job_change(row: Job, was: dict, actor, now, history, result) -> None
             )
     elif old_state != row.state:
         history.append(_job_change(row, row.state, row.reason, actor, now, from_state=old_state))
+    if row.restart_count and old_state in ACTIVE_JOB_STATES and row.state not in ACTIVE_JOB_STATES:
+        result.finished_after_restart.append(row.pk)
 
 
 def _job_change(
