@@ -34,6 +34,8 @@ def django_setup() -> None:
     os.environ.setdefault("DEBUG", "false")
     os.environ.setdefault("SECURE_SSL_REDIRECT", "false")
     os.environ.setdefault("DB_CONN_MAX_AGE", "0")
+    # One benchmark user watches every board (fanout: thousands); the workers inherit it.
+    os.environ.setdefault("MEDBAY_SOCKETS_PER_USER", "100000")
     import django
 
     django.setup()

@@ -6,14 +6,16 @@ import asyncio
 import json
 import logging
 import re
+import time
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.db import DatabaseError
 
-from portal import live
+from portal import live, sockets
 from portal.regions import render_for_socket
 from portal.roles import roles_of
 
@@ -22,10 +24,13 @@ logger = logging.getLogger(__name__)
 # Close codes. A server may send only 1000 or 3000-4999 (daphne refuses the
 # standard 1012/1013), so Medbay's "restarting" and "try again later" are 4012
 # and 4013, which static/js/live.js reconnects after; 4401 (logged out) and
-# 4403 (no role, or roles changed) it does not.
+# 4403 (no role, or roles changed) it does not. 4429: its person has
+# MEDBAY_SOCKETS_PER_USER sockets open already; the page polls instead, and
+# tries again now and then.
 CLOSE_FORBIDDEN = 4403
 CLOSE_RESTARTING = 4012
 CLOSE_TRY_AGAIN = 4013
+CLOSE_TOO_MANY = 4429
 
 
 # One job's page: `job:<slurm id>`, joined only by those who may see that job.
@@ -82,13 +87,16 @@ def _job_page_groups(user, slurm_id: int) -> list[str]:
 CLOSE_LOGGED_OUT = 4401
 
 # What a page may tell its socket: the regions it shows and the address each
-# last fetched itself from, {"watch": [[region, url, element id], ...]}.
-MAX_WATCHED = 16
+# last fetched itself from, {"watch": [[region, url, element id], ...]}, at most
+# MEDBAY_WATCHES_PER_SOCKET of them.
 # The Redis layer keeps a socket in its groups for its group expiry only (an hour, see
 # settings), so that the sockets of a process stopped or killed without leaving its
 # groups are forgotten instead of each send going to them for a day (13 ms a send after
 # a few restarts with a thousand boards open); an open socket renews its own meanwhile.
 GROUP_RENEW_S = 15 * 60
+# A push is rendered as the socket's user only while its session still logs that user
+# in: asked again when the last answer is older than this (and every minute anyway).
+SESSION_RECHECK_S = 5
 WATCH_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
 MAX_URL = 2048
 
@@ -100,7 +108,7 @@ def parse_watch(text: str | None) -> dict[str, tuple[str, str]] | None:
     except ValueError:
         return None
     entries = message.get("watch") if isinstance(message, dict) else None
-    if not isinstance(entries, list) or len(entries) > MAX_WATCHED:
+    if not isinstance(entries, list) or len(entries) > settings.MEDBAY_WATCHES_PER_SOCKET:
         return None
     watched = {}
     for entry in entries:
@@ -120,6 +128,9 @@ def parse_watch(text: str | None) -> dict[str, tuple[str, str]] | None:
 class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: tuple[str, ...] = ()
     accepted = False
+    seated = False
+    session_key = ""
+    logged_in_at = 0.0  # monotonic: when the session last still logged its user in
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -127,6 +138,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.dirty: set[str] = set()
         self.pusher: asyncio.Task | None = None
         self.renewer: asyncio.Task | None = None
+        self.keeper: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         """A live channel that fails (Redis down, say) closes the socket with "try
@@ -151,48 +163,103 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
+        # Before any database work: a flood of one person's sockets costs one Redis trip each.
+        self.seated = await _off_loop(sockets.take_seat)(user.pk, self.channel_name)
+        if not self.seated:
+            # Accepted first: a close code reaches the browser only on an open socket.
+            await self.accept()
+            await self.close(code=CLOSE_TOO_MANY)
+            return
+        self.session_key = getattr(self.scope.get("session"), "session_key", None) or ""
+        self.logged_in_at = time.monotonic()  # the handshake's own authentication
+        refusal = await self._join(user)
+        if refusal is not None:
+            await self._give_up_seat()
+            if refusal == CLOSE_TRY_AGAIN:
+                await self.accept()  # so that the browser sees the code, and retries
+            await self.close(code=refusal)
+            return
+        self.renewer = asyncio.create_task(self._renew_groups())
+        self.keeper = asyncio.create_task(self._keep_seat())
+        await self.accept()
+
+    async def _join(self, user) -> int | None:
+        """Join the groups USER may join for the topics asked; the close code if none."""
         topics = _requested_topics(self.scope.get("query_string", b""))
         try:
             groups = await database_sync_to_async(groups_for)(user, topics)
         except DatabaseError:
             logger.warning("Live socket refused: database unavailable", exc_info=True)
-            # Accepted first: a close code reaches the browser only on an open socket.
-            await self.accept()
-            await self.close(code=CLOSE_TRY_AGAIN)
-            return
+            return CLOSE_TRY_AGAIN
         if not groups:
-            await self.close(code=CLOSE_FORBIDDEN)
-            return
+            return CLOSE_FORBIDDEN
         live.register_consumer_loop(asyncio.get_running_loop())
-        session = self.scope.get("session")
-        # Logging out or losing a role closes the socket (portal.signals).
+        # Logging out, losing a role or the session closes the socket (portal.signals).
         groups += (live.user_group(user.pk),)
-        if session is not None and session.session_key:
-            groups += (live.session_group(session.session_key),)
-        for group in groups:
-            await self.channel_layer.group_add(group, self.channel_name)
-        await sync_to_async(live.note_watched, thread_sensitive=False)(groups)
+        if self.session_key:
+            groups += (live.session_group(self.session_key),)
         self.groups_joined = groups
-        self.renewer = asyncio.create_task(self._renew_groups())
-        await self.accept()
+        try:
+            await sockets.join(self.channel_layer, groups, self.channel_name)
+        except Exception:  # closed with 4013 (__call__), and the page retries: seat-free
+            await self._give_up_seat()
+            raise
+        await sync_to_async(live.note_watched, thread_sensitive=False)(groups)
+        return None
 
     async def _renew_groups(self) -> None:
         while True:
             await asyncio.sleep(GROUP_RENEW_S)
             try:
-                for group in self.groups_joined:
-                    await self.channel_layer.group_add(group, self.channel_name)
+                await sockets.join(self.channel_layer, self.groups_joined, self.channel_name)
                 await sync_to_async(live.note_watched, thread_sensitive=False)(self.groups_joined)
             except Exception:  # Redis away: tried again next time, the socket stays open
                 logger.warning("Live socket's groups not renewed", exc_info=True)
 
+    async def _keep_seat(self) -> None:
+        """Renew the seat, and close the socket once its session no longer logs it in (a
+        session flushed or expired where no signal said so, portal.signals)."""
+        while True:
+            await asyncio.sleep(sockets.SEAT_RENEW_S)
+            try:
+                await _off_loop(sockets.renew_seat)(self.scope["user"].pk, self.channel_name)
+            except Exception:  # Redis away: renewed next time; a lapsed seat costs nothing
+                logger.warning("Live socket's seat not renewed", exc_info=True)
+            await self._close_unless_logged_in(SESSION_RECHECK_S)
+
+    async def _close_unless_logged_in(self, within_s: float) -> bool:
+        """True while the socket's session still logs its user in (as of WITHIN_S ago);
+        otherwise closes the socket, which must not push another rendering."""
+        if not self.session_key or time.monotonic() - self.logged_in_at < within_s:
+            return True  # no session: channels' own test scopes, never a browser's
+        try:
+            still = await _rendering(sockets.still_logged_in)(
+                self.session_key, self.scope["user"].pk
+            )
+        except Exception:  # the database is away: the page retries, and its handshake asks
+            logger.warning("Live socket's session not rechecked", exc_info=True)
+            await self.close(code=CLOSE_TRY_AGAIN)
+            return False
+        if still:
+            self.logged_in_at = time.monotonic()
+            return True
+        self.watched, self.dirty = {}, set()
+        await self.close(code=CLOSE_LOGGED_OUT)
+        return False
+
     async def disconnect(self, code: int) -> None:
-        if self.renewer is not None:
-            self.renewer.cancel()
-        if self.pusher is not None:
-            self.pusher.cancel()
-        for group in self.groups_joined:
-            await self.channel_layer.group_discard(group, self.channel_name)
+        for task in (self.renewer, self.keeper, self.pusher):
+            if task is not None:
+                task.cancel()
+        try:
+            await sockets.leave(self.channel_layer, self.groups_joined, self.channel_name)
+        finally:
+            await self._give_up_seat()
+
+    async def _give_up_seat(self) -> None:
+        if self.seated:
+            self.seated = False
+            await _off_loop(sockets.give_up_seat)(self.scope["user"].pk, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         # A page says only which regions it shows, and where from; anything else
@@ -219,8 +286,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 self.pusher = asyncio.create_task(self._push_dirty())
 
     async def _push_dirty(self) -> None:
-        render = database_sync_to_async(render_for_socket)
+        render = _rendering(render_for_socket)
         while self.dirty:
+            if not await self._close_unless_logged_in(SESSION_RECHECK_S):
+                return
             name = self.dirty.pop()
             if name not in self.watched:
                 continue
@@ -239,3 +308,17 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def live_close(self, event: dict) -> None:
         await self.close(code=int(event.get("code", CLOSE_LOGGED_OUT)))
+
+    async def live_recheck(self, event: dict) -> None:
+        # The account's password or active flag changed (portal.signals).
+        await self._close_unless_logged_in(0)
+
+
+def _off_loop(function):
+    """FUNCTION (Redis, no database) on a worker thread, never on the database's."""
+    return sync_to_async(function, thread_sensitive=False)
+
+
+def _rendering(function):
+    """FUNCTION on the render pool: never on the thread a handshake's queries wait for."""
+    return sockets.on_render_pool(function)

@@ -219,7 +219,8 @@ def session_group(session_key: str) -> str:
 
 
 def user_group(user_pk: int) -> str:
-    """The sockets of one account; closed when its roles change."""
+    """The sockets of one account; closed when its roles change, rechecked when its
+    password or active flag does."""
     return f"user.{int(user_pk)}"
 
 
@@ -233,6 +234,16 @@ def close_sockets(group: str, code: int) -> None:
         _group_send_many([(group, {"type": "live.close", "code": code})])
     except Exception:  # the page closes anyway when it next talks to the server
         logger.warning("Could not close the sockets of %s", group, exc_info=True)
+
+
+def recheck_sockets(group: str) -> None:
+    """Have every socket in GROUP ask again whether its session still logs it in; those
+    it no longer does close with 4401 (a new password ends the sessions made with the
+    old one; a session opened since stays)."""
+    try:
+        _group_send_many([(group, {"type": "live.recheck"})])
+    except Exception:  # each socket asks again by itself within a minute (portal.sockets)
+        logger.warning("Could not have the sockets of %s rechecked", group, exc_info=True)
 
 
 def poke(group: str, regions: Iterable[str]) -> None:

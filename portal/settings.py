@@ -383,6 +383,17 @@ AXES_LOCKOUT_CALLABLE = "portal.views_auth.lockout"
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
+# Live sockets (portal/sockets.py): one person's open sockets on all processes (the next
+# is closed with 4429 and its page polls instead), the regions one socket may watch, and
+# the pushed regions one process renders at once (the others wait their turn). Renders
+# hold the GIL: 150 flooding sockets slowed another person's handshake to a median of
+# 1.08 s with 4 at once, 0.65 s with 2.
+MEDBAY_SOCKETS_PER_USER = env_int("MEDBAY_SOCKETS_PER_USER", 20)
+MEDBAY_WATCHES_PER_SOCKET = env_int("MEDBAY_WATCHES_PER_SOCKET", 16)
+MEDBAY_RENDERS_IN_FLIGHT = env_int("MEDBAY_RENDERS_IN_FLIGHT", 2)
+for _limit in ("MEDBAY_SOCKETS_PER_USER", "MEDBAY_WATCHES_PER_SOCKET", "MEDBAY_RENDERS_IN_FLIGHT"):
+    if globals()[_limit] < 1:
+        raise ImproperlyConfigured(f"{_limit} must be at least 1, got {globals()[_limit]}")
 
 # OpenID Connect log-in (portal/oidc_login.py, portal/views_oidc.py; mozilla-django-oidc).
 # On when MEDBAY_OIDC_CLIENT_ID is set; unset, the log-in page and the tests are unchanged.

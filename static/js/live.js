@@ -16,8 +16,10 @@
 // change touches only the rows that changed, and a burst of pushes is applied
 // at most once per PUSH_GAP_MS, as its newest rendering.
 // After every (re)connect each region fetches itself once, so nothing missed
-// while the socket was down is lost. #live-status says live, reconnecting or
-// offline.
+// while the socket was down is lost. #live-status says live, reconnecting,
+// polling or offline: a socket closed with 4429 (its person has too many open,
+// MEDBAY_SOCKETS_PER_USER) leaves the page fetching its regions every POLL_MS,
+// and trying its socket again every few minutes.
 (function () {
   "use strict";
   // A region fetches itself at once when poked, then at most once per
@@ -26,6 +28,10 @@
   var MIN_GAP_MS = 250;
   var PUSH_GAP_MS = 100;
   var OFFLINE_AFTER_FAILURES = 3;
+  var TOO_MANY = 4429;
+  var POLL_MS = 10000;
+  var RETRY_LIVE_MS = 120000;
+  var poller = null;
   var pending = new Set();
   var timer = null;
   var lastFlush = 0;
@@ -180,8 +186,26 @@
     }
   });
 
+  function startPolling(socketElement) {
+    setStatus("polling", "Too many of your pages are live at once: this one refreshes " +
+              "every " + POLL_MS / 1000 + " s instead. Close some to make it live again.");
+    if (poller === null) {
+      poller = setInterval(function () { refresh(["*"]); }, POLL_MS);
+    }
+    setTimeout(function () { connectAgain(socketElement); },
+               RETRY_LIVE_MS * (1 + Math.random()));
+  }
+
+  function stopPolling() {
+    if (poller !== null) {
+      clearInterval(poller);
+      poller = null;
+    }
+  }
+
   document.addEventListener("htmx:wsOpen", function (event) {
     failures = 0;
+    stopPolling();
     socket = event.detail.socketWrapper;
     setStatus("live");
     // Catch up on what changed before the socket opened or while it was down;
@@ -204,12 +228,14 @@
     return 1000 * Math.pow(2, Math.min(retry, 5)) * Math.random();
   }
 
+  function connectAgain(socketElement) {
+    var fresh = socketElement.cloneNode(true);
+    socketElement.replaceWith(fresh);
+    htmx.process(fresh);
+  }
+
   function reconnect(socketElement) {
-    setTimeout(function () {
-      var fresh = socketElement.cloneNode(true);
-      socketElement.replaceWith(fresh);
-      htmx.process(fresh);
-    }, reconnectDelay(failures - 1));
+    setTimeout(function () { connectAgain(socketElement); }, reconnectDelay(failures - 1));
   }
 
   document.addEventListener("htmx:wsClose", function (event) {
@@ -217,7 +243,12 @@
     socket = null;
     failures += 1;
     if (code === 4401 || code === 4403) {
+      stopPolling();
       setStatus("offline", "Live updates stopped: you are logged out or lost access. Reload the page.");
+      return;
+    }
+    if (code === TOO_MANY) {
+      startPolling(event.target);
       return;
     }
     if (RECONNECT_CODES.indexOf(code) >= 0) {
