@@ -317,12 +317,12 @@ MEDBAY_JOB_FAULT_CAUSES = env_list("MEDBAY_JOB_FAULT_CAUSES", ["application"])
 MEDBAY_PART_FAULT_CAUSES = env_list(
     "MEDBAY_PART_FAULT_CAUSES", ["hardware", "pcie", "nvlink", "memory_ecc"]
 )
+from health.xid import Cause as _Cause  # noqa: E402 - plain library code, no Django
+
 for _name, _causes in (
     ("MEDBAY_JOB_FAULT_CAUSES", MEDBAY_JOB_FAULT_CAUSES),
     ("MEDBAY_PART_FAULT_CAUSES", MEDBAY_PART_FAULT_CAUSES),
 ):
-    from health.xid import Cause as _Cause
-
     _unknown = sorted(set(_causes) - {str(cause) for cause in _Cause})
     if _unknown:
         raise ImproperlyConfigured(

@@ -201,8 +201,7 @@ def summarize_part(group: FaultGroup) -> str:
     """E.g. "XID 79 on 16 nodes under switch leaf3 within 2 s: the part is suspected"."""
     rows = list(Incident.objects.filter(group=group).values_list("node_id", "opened_at", "xids"))
     codes = sorted({code for _, _, xids in rows for code in xids or []})
-    times = [opened for _, opened, _ in rows]
-    within = max(1, math.ceil((max(times) - min(times)).total_seconds()))
+    within = _spread_s([opened for _, opened, _ in rows])
     nodes = len({node for node, _, _ in rows})
     return (
         f"XID {', '.join(map(str, codes))} on {nodes} nodes under {group.part} within"
@@ -277,13 +276,17 @@ def summarize(group: FaultGroup) -> str:
         Incident.objects.filter(group=group).values_list("node_id", flat=True)
     )
     codes = sorted({code for _, xids in incidents for code in xids or []})
-    times = [opened for opened, _ in incidents]
-    within = max(1, math.ceil((max(times) - min(times)).total_seconds()))
+    within = _spread_s([opened for opened, _ in incidents])
     xid_words = "XID " + ", ".join(str(code) for code in codes)
     return (
         f"{xid_words} on {len(gpus)} GPU{'s' * (len(gpus) != 1)} of {len(nodes)} nodes"
         f" within {within} s: {NOT_THE_HARDWARE}"
     )[:500]
+
+
+def _spread_s(times: list[datetime]) -> int:
+    """Whole seconds from a group's first incident to its last, at least 1 ("within 1 s")."""
+    return max(1, math.ceil((max(times) - min(times)).total_seconds()))
 
 
 def job_fault_of(job: Job) -> FaultGroup | None:

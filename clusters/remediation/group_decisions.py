@@ -75,11 +75,10 @@ def group_by_hand(text: str, user, *, note: str = "", into: FaultGroup | None = 
         opened_at=min(incident.opened_at for incident in incidents),
     )
     Incident.objects.filter(pk__in=ids).update(group=group, decision_due=False, decide_after=None)
-    nodes = len({incident.node_id for incident in Incident.objects.filter(group=group)})
-    summary = group.summary or f"grouped by hand by {user.get_username()}"
-    if group.kind == FaultGroupKind.MANUAL:
-        summary = f"{group.incidents.count()} incidents on {nodes} nodes, {group.rule}"
-    FaultGroup.objects.filter(pk=group.pk).update(summary=summary[:500])
+    if group.kind == FaultGroupKind.MANUAL:  # a job's or a part's keeps its own summary
+        members = list(Incident.objects.filter(group=group).values_list("node_id", flat=True))
+        group.summary = f"{len(members)} incidents on {len(set(members))} nodes, {group.rule}"
+        FaultGroup.objects.filter(pk=group.pk).update(summary=group.summary[:500])
     transaction.on_commit(lambda: publish_events([group.pk]))
     return group
 
