@@ -32,11 +32,11 @@ test: $(STAMP)
 # (built once and cached; see deploy/minicluster/README.md). `make test` runs it
 # after the suite when CI=true.
 SLURM_VERSIONS_TESTED ?= 24.11 26.05
-SLURM_VERSION_SUITES ?= tests/slurm_integration tests/e2e/test_restart_story_slurm.py
+SLURM_VERSION_SUITES ?= -m slurm_versions tests
 # Not on the roots: the DDP example's job runs inside the root, whose Python (3.13 on
 # trixie and sid) cannot load this venv's PyTorch; it runs on 22.05 in `test`.
 SLURM_VERSION_DESELECT ?= \
-	--deselect tests/slurm_integration/test_jobs_live.py::test_the_ddp_example_resumes_from_its_checkpoint_after_a_requeue
+	--deselect tests/jobs/test_jobs_on_slurm.py::test_the_ddp_example_resumes_from_its_checkpoint_after_a_requeue
 
 test-slurm-versions: $(STAMP)
 	@set -e; for version in $(SLURM_VERSIONS_TESTED); do \

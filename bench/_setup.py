@@ -71,7 +71,7 @@ def seed_cluster(name: str, nodes: int, *, seed: int = 1, rounds: int | None = N
 
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     Cluster.objects.filter(name=name).delete()
     cluster = Cluster.objects.create(name=name)

@@ -193,8 +193,8 @@ def main() -> None:
     from django.test import Client
 
     from clusters.models import Cluster, Gpu, GpuHealth, Node
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
 
     cluster = Cluster.objects.filter(name="bench-board").first()
     if not (args.reuse and cluster and Node.objects.filter(cluster=cluster).count() == args.nodes):

@@ -144,9 +144,9 @@ def main() -> None:
     from django.contrib.sessions.backends.db import SessionStore
     from django.db import connection
 
-    from clusters.sync import apply_snapshot
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
+    from sync.cycle import apply_snapshot
 
     cluster, sim = seed_cluster("bench-fanout", args.nodes)
     user, _ = create_user_with_role("bench-watcher", Role.RESEARCHER)

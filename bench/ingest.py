@@ -119,8 +119,8 @@ def session_cookie() -> str:
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
 
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
 
     user, _ = create_user_with_role("bench-ingest-viewer", Role.RESEARCHER)
     session = SessionStore()

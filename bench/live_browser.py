@@ -155,9 +155,9 @@ class Cluster:
         from clusters.backends import registry
         from clusters.backends.simulated import SimulatedCluster
         from clusters.models import Cluster as ClusterRow
-        from clusters.sync import apply_snapshot
-        from portal.accounts import create_user_with_role
-        from portal.roles import Role
+        from core.roles import Role
+        from identity.accounts import create_user_with_role
+        from sync.cycle import apply_snapshot
 
         self.sim = SimulatedCluster.standard(
             train=4, infer=1, spare=1, seed=3, prefix="bl", start=timezone.now()
@@ -178,8 +178,8 @@ class Cluster:
 
         from clusters.backends.base import JobSubmission
         from clusters.backends.simulated import SimFault
-        from clusters.simulation import record_gpu_fault
-        from clusters.sync import apply_snapshot
+        from demo.simulation import record_gpu_fault
+        from sync.cycle import apply_snapshot
 
         node = self.nodes[number % len(self.nodes)]
         if kind == "feed":

@@ -73,7 +73,7 @@ def seed(nodes: int):
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     Cluster.objects.filter(name=CLUSTER).delete()
     cluster = Cluster.objects.create(name=CLUSTER, backend="simulated")
@@ -153,9 +153,9 @@ def cases(train: list[str], now) -> list[Case]:
 
 
 def clear(cluster) -> None:
-    from clusters.remediation.models import BreakerTrip, Policy, Remediation
     from health.models import FaultGroup, HealthEvent, Incident, ReceivedEventId
     from jobs.models import Job
+    from remediation.models import BreakerTrip, Policy, Remediation
 
     Remediation.objects.filter(node__cluster=cluster).delete()
     BreakerTrip.objects.all().delete()
@@ -193,9 +193,9 @@ def replay(cluster, case: Case, window: float) -> list[float]:
     """Each burst as the agents send it (one batch per node); returns the decision time
     per incident of each batch, in ms."""
     from clusters.models import Node
-    from clusters.remediation import policies
-    from clusters.remediation.models import Action, Mode, Policy
     from health.ingest import ingest, validate_batch
+    from remediation import policies
+    from remediation.models import Action, Mode, Policy
 
     if case.check_policy:
         Policy.objects.create(check_name="nvlink", action=Action.DRAIN, mode=Mode.APPROVAL)
@@ -222,9 +222,9 @@ def replay(cluster, case: Case, window: float) -> list[float]:
 
 def node_actions(cluster) -> Counter:
     """node -> node-level actions taken (see the module's docstring)."""
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.safety import PART_KEY
-    from clusters.remediation.transitions import RunStatus
+    from remediation.models import Remediation
+    from remediation.safety import PART_KEY
+    from remediation.transitions import RunStatus
 
     acted = Counter()
     for run in Remediation.objects.filter(node__cluster=cluster).select_related("node"):

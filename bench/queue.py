@@ -29,6 +29,7 @@ import time  # noqa: E402
 from datetime import UTC, datetime, timedelta  # noqa: E402
 
 from _setup import django_setup, percentile  # noqa: E402
+
 from reports import ensure_database  # noqa: E402
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_queue"
@@ -114,9 +115,9 @@ def main() -> None:
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
     from jobs.models import Job
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
 
     simulator = SimulatedCluster.standard(train=4, infer=1, spare=1, seed=1)
     simulator.private_data_kinds = frozenset({"jobs"})

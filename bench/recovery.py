@@ -124,7 +124,7 @@ def kernel_line(pci: str) -> list[dict]:
     log = Path(tempfile.mkstemp(prefix="medbay-kmsg-")[1])
     log.write_text(line + "GPU has fallen off the bus.\n")
     parsed = subprocess.run(
-        [sys.executable, "-m", "health.agent.cli", "parse", "--kmsg", str(log), "--node", "gpu-02"],
+        [sys.executable, "-m", "agent.cli", "parse", "--kmsg", str(log), "--node", "gpu-02"],
         capture_output=True, text=True, check=True, cwd=ROOT, env={**os.environ, "TZ": "UTC"},
     )  # fmt: skip
     log.unlink()
@@ -134,10 +134,10 @@ def kernel_line(pci: str) -> list[dict]:
 def measure_recovery(slurm, folder: Path, grace: int) -> dict:
     from clusters.backends.slurm_spares import SlurmSparesFleet
     from clusters.models import Cluster, Gpu, Node, Partition
-    from clusters.remediation.engine import Engine
-    from clusters.remediation.models import Remediation
-    from clusters.sync import sync_once
     from health.ingest import ingest, validate_batch
+    from remediation.engine import Engine
+    from remediation.models import Remediation
+    from sync.cycle import sync_once
 
     Cluster.objects.filter(name="bench-recovery").delete()
     cluster = Cluster.objects.create(name="bench-recovery", backend="slurm")

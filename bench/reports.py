@@ -67,10 +67,10 @@ def generate(args) -> None:
     from django.db import connection
 
     from clusters.backends.simulated import SimulatedCluster
-    from clusters.history import FIRST_JOB_ID, generate_history
     from clusters.models import Cluster
-    from clusters.sync import apply_snapshot
+    from demo.past import FIRST_JOB_ID, generate_history
     from jobs.models import Job
+    from sync.cycle import apply_snapshot
 
     existing = Cluster.objects.filter(name=CLUSTER).first()
     if existing and not args.fresh:
@@ -88,7 +88,7 @@ def generate(args) -> None:
     started = time.perf_counter()
     stats = generate_history(cluster, args.days, seed=args.seed, jobs=args.jobs)
     print(f"generated {stats} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    from portal.reports.partitions import ensure_all
+    from reports.partitions import ensure_all
 
     started = time.perf_counter()
     created = ensure_all()  # the year written into the past gets its month partitions
@@ -103,7 +103,7 @@ def roll_up_all() -> float:
     from django.db import connection
 
     from clusters.models import Cluster
-    from portal.reports.rollups import roll_up
+    from reports.rollups import roll_up
 
     started = time.perf_counter()
     days = sum(roll_up(cluster) for cluster in Cluster.objects.all())
@@ -121,7 +121,7 @@ def measure(args) -> dict:
     django_setup()
     from django.db import connection
 
-    from portal.reports.params import ReportForm
+    from reports.params import ReportForm
 
     form = ReportForm({"end": _today(), "start": _days_ago(args.days - 1), "group_by": "day"})
     assert form.is_valid(), form.errors
@@ -145,7 +145,7 @@ def measure(args) -> dict:
 
 
 def _time_reports(args, query, figures: dict) -> None:
-    from portal.reports.catalog import REPORTS, compute
+    from reports.catalog import REPORTS, compute
 
     for name in REPORTS:
         timings = []
@@ -183,8 +183,8 @@ def accounting_benchmark(args) -> dict:
     from clusters.models import Cluster
     from jobs.accounting import import_accounting
     from jobs.models import AccountingImport, AccountingJob
-    from portal.reports.accounting import GROUPS, usage
-    from portal.reports.params import ReportQuery
+    from reports.accounting import GROUPS, usage
+    from reports.params import ReportQuery
 
     cluster, _ = Cluster.objects.get_or_create(name=CLUSTER + "-accounting")
     AccountingJob.objects.filter(cluster=cluster).delete()
@@ -229,7 +229,7 @@ def prune_benchmark(args) -> dict:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from portal.reports.retention import prune
+    from reports.retention import prune
 
     cutoff = timezone.now() - timedelta(days=args.prune)
     figures: dict = {"prune_days": args.prune, "db": connection.vendor}

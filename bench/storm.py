@@ -79,8 +79,8 @@ def seed(args):
     """The cluster in the database, exactly as the engines' simulators lay it out."""
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster, Node
-    from clusters.sync import apply_snapshot
     from health.models import NodeToken, hash_token
+    from sync.cycle import apply_snapshot
 
     Cluster.objects.all().delete()
     cluster = Cluster.objects.create(name=CLUSTER)
@@ -171,8 +171,8 @@ def decisions(cluster) -> dict[int, tuple[datetime, datetime | None]]:
     """Each incident of the storm: (reported at, decided at or None)."""
     from django.db.models import Min, OuterRef, Subquery
 
-    from clusters.remediation.models import BreakerRefusal, Remediation
     from health.models import Incident
+    from remediation.models import BreakerRefusal, Remediation
 
     run = Remediation.objects.filter(incident=OuterRef("pk")).order_by("created_at")
     refusal = BreakerRefusal.objects.filter(incident=OuterRef("pk")).order_by("at")
@@ -194,9 +194,9 @@ def decisions(cluster) -> dict[int, tuple[datetime, datetime | None]]:
 def active_per_partition(cluster) -> dict[str, int]:
     from django.db.models import Count
 
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.safety import DRAINING_ACTIONS
-    from clusters.remediation.transitions import ACTIVE
+    from remediation.models import Remediation
+    from remediation.safety import DRAINING_ACTIONS
+    from remediation.transitions import ACTIVE
 
     rows = (
         Remediation.objects.filter(
@@ -218,8 +218,8 @@ def watch_partitions(cluster, stop: threading.Event, peaks: dict) -> None:
 
 
 def wait_for_runs(cluster, timeout: float) -> bool:
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.transitions import ACTIVE
+    from remediation.models import Remediation
+    from remediation.transitions import ACTIVE
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -231,9 +231,9 @@ def wait_for_runs(cluster, timeout: float) -> bool:
 
 def step_latencies(cluster) -> list[float]:
     """Milliseconds from each step becoming due to its result being recorded."""
-    from clusters.remediation.engine import DONE
-    from clusters.remediation.models import Remediation, RemediationStep
-    from clusters.remediation.steps import NEEDS_ATTENTION
+    from remediation.engine import DONE
+    from remediation.models import Remediation, RemediationStep
+    from remediation.steps import NEEDS_ATTENTION
 
     created = dict(
         Remediation.objects.filter(node__cluster=cluster).values_list("pk", "created_at")
@@ -255,8 +255,8 @@ def step_latencies(cluster) -> list[float]:
 
 def breaker_exceeded(cluster, cap: int, peaks: dict) -> bool:
     from clusters.models import Partition
-    from clusters.remediation.models import Remediation, Trigger
-    from clusters.remediation.safety import DRAINING_ACTIONS, partition_cap
+    from remediation.models import Remediation, Trigger
+    from remediation.safety import DRAINING_ACTIONS, partition_cap
 
     automatic = Remediation.objects.filter(
         node__cluster=cluster, action__in=DRAINING_ACTIONS, dry_run=False
@@ -288,8 +288,8 @@ def main() -> None:
     from django.conf import settings
     from django.db import connection
 
-    from clusters.remediation.models import BreakerRefusal, Remediation
-    from clusters.remediation.transitions import RunStatus
+    from remediation.models import BreakerRefusal, Remediation
+    from remediation.transitions import RunStatus
 
     seeded = time.monotonic()
     cluster, faulty, tokens = seed(args)

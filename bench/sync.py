@@ -363,7 +363,7 @@ class Side:
         self.timings, self.cpu, self.reads, self.idle, self.queries = [], [], [], [], []
 
     def cycle(self, into: list | None = None) -> None:
-        from clusters.sync import sync_once
+        from sync.cycle import sync_once
 
         before = self.read_cpu()
         started, started_cpu = time.perf_counter(), time.process_time()
@@ -382,7 +382,7 @@ class Side:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from clusters.sync import sync_once
+        from sync.cycle import sync_once
 
         with CaptureQueriesContext(connection) as captured:
             sync_once(self.cluster, self.backend)
@@ -465,7 +465,7 @@ def run_cli(args, slurm: SyntheticSlurm) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     from clusters.models import Cluster
-    from clusters.sync import sync_once
+    from sync.cycle import sync_once
 
     Cluster.objects.filter(name="bench-sync").delete()
     cluster = Cluster.objects.create(name="bench-sync", backend="slurm")

@@ -1,7 +1,7 @@
 """What fleet changes tell open pages: board tiles and counts, node pages, the banner.
 
 Called from `transaction.on_commit`, so a page never shows a change that was
-rolled back; the sending itself is portal.live's.
+rolled back; the sending itself is core.live's.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from django.template.loader import render_to_string
 
 from clusters.board import BoardFilter, board_rows, render_tiles
-from clusters.fleet import delta as fleet_delta
+from clusters.canvas import delta as fleet_delta
 from clusters.models import Cluster
-from portal import live
+from core import live
 
 # The board's counts: a region of their own, since each board counts what its
 # own filters show (clusters.views.board renders it).
 COUNTS_REGION = "board-counts"
-# The fleet view's table of nodes that are not healthy (clusters.fleet).
+# The fleet view's table of nodes that are not healthy (clusters.canvas).
 PROBLEMS_REGION = "fleet-problems"
 
 

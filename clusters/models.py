@@ -63,7 +63,7 @@ class Cluster(models.Model):
     # admin to adopt them: {node: {"medbay": [...], "slurm": [...], "seen_at": iso}}.
     partition_edits = models.JSONField(default=dict, blank=True)
     # The history rollups (NodeStateDay, jobs.JobDay) hold every whole UTC day
-    # before this one; reports read those days from them (portal/reports/rollups.py).
+    # before this one; reports read those days from them (reports/rollups.py).
     history_rolled_until = models.DateField(null=True, blank=True)
 
     def __str__(self) -> str:
@@ -235,7 +235,7 @@ class NodeDayTotal(models.Model):
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
     day = models.DateField()
     installed_s = models.FloatField(default=0.0)
-    # Seconds out of service (portal/reports/base.py OUT_OF_SERVICE).
+    # Seconds out of service (reports/base.py OUT_OF_SERVICE).
     down_s = models.FloatField(default=0.0)
     # Changes into down or fail from a status that was not a fault.
     falls = models.PositiveIntegerField(default=0)

@@ -6,16 +6,16 @@ from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 
-from clusters import fleet
+from clusters import canvas
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
-from clusters.remediation.actions import action_menu
+from core.roles import ANY_ROLE, is_admin, role_required
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
 from portal.healthz import healthz as portal_healthz
 from portal.regions import pushable, shared_region
-from portal.roles import ANY_ROLE, is_admin, role_required
+from remediation.actions import action_menu
 
 
 @pushable(COUNTS_REGION, PROBLEMS_REGION)
@@ -31,7 +31,7 @@ def board(request):
 def _board(request):
     node_filter = BoardFilter.from_query(request.GET)
     problems = request.htmx and request.htmx.target == PROBLEMS_REGION
-    if problems or node_filter.apply(Node.objects.all()).count() > fleet.tiles_max():
+    if problems or node_filter.apply(Node.objects.all()).count() > canvas.tiles_max():
         return _fleet(request, node_filter)
     rows, gpus = board_rows(node_filter)
     context = {
@@ -54,11 +54,11 @@ def _board(request):
 def _fleet(request, node_filter: BoardFilter):
     """The board of a large cluster: a canvas of every GPU, drawn by static/js/fleet.js."""
     target = request.htmx.target if request.htmx else None
-    context = {"counts": fleet.counts(node_filter), "filter": node_filter}
+    context = {"counts": canvas.counts(node_filter), "filter": node_filter}
     if target == COUNTS_REGION:
         return render(request, "clusters/partials/counts.html", context)
-    problems, problem_count = fleet.problem_rows(node_filter)
-    context.update(problems=problems, problem_count=problem_count, shown=fleet.PROBLEM_ROWS)
+    problems, problem_count = canvas.problem_rows(node_filter)
+    context.update(problems=problems, problem_count=problem_count, shown=canvas.PROBLEM_ROWS)
     if target == PROBLEMS_REGION:
         return render(request, "clusters/partials/fleet_problems.html", context)
     context.update(
@@ -76,7 +76,7 @@ def _fleet(request, node_filter: BoardFilter):
 @role_required(*ANY_ROLE)
 def fleet_data(request):
     """The fleet view's payload: node names and one letter per GPU, grouped by partition."""
-    return JsonResponse(fleet.payload(BoardFilter.from_query(request.GET)))
+    return JsonResponse(canvas.payload(BoardFilter.from_query(request.GET)))
 
 
 @role_required(*ANY_ROLE)

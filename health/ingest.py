@@ -17,9 +17,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from agent import xid as catalogue
 from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node
-from health import xid as catalogue
+from core import live
+from core.sql import bulk_write, one_of
 from health.models import (
     CheckStatus,
     EventKind,
@@ -28,8 +30,6 @@ from health.models import (
     ReceivedEventId,
     Severity,
 )
-from portal import live
-from portal.sql import bulk_write, one_of
 
 MAX_EVENTS = 1000
 MAX_MESSAGE = 4000

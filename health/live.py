@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from portal import live
+from core import live
 
 EVENTS_REGION = "events"
 

@@ -114,7 +114,7 @@ class Incident(models.Model):
     event_count = models.PositiveIntegerField(default=0)
     summary = models.CharField(max_length=255, blank=True)
     # Set when a report opens the incident or changes its XIDs or severity; cleared once
-    # the remediation trigger has decided it as it then stood (clusters.remediation.policies).
+    # the remediation trigger has decided it as it then stood (remediation.policies).
     decision_due = models.BooleanField(default=False)
     # A decision that raised is retried with backoff (`decide_after`); after a few
     # failures the incident stops waiting and says why (`decision_error`), so that one
@@ -128,7 +128,7 @@ class Incident(models.Model):
         FaultGroup, null=True, blank=True, on_delete=models.SET_NULL, related_name="incidents"
     )
     # Closed with no action: the failed check passed again before anything irreversible
-    # was done (clusters.remediation.clearing); the reason says so.
+    # was done (remediation.clearing); the reason says so.
     cleared_at = models.DateTimeField(null=True, blank=True)
     cleared_reason = models.CharField(max_length=255, blank=True)
 
@@ -181,7 +181,7 @@ class HealthEvent(models.Model):
     @property
     def title(self) -> str:
         if self.kind == EventKind.XID:
-            from health.xid import lookup
+            from agent.xid import lookup
 
             info = lookup(self.xid)
             return f"XID {self.xid}: {info.name}" if info.known else f"unknown XID {self.xid}"

@@ -8,8 +8,8 @@ from datetime import timedelta
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.inputs import bounded_int, in_range
 from health.models import FaultGroup, HealthEvent
-from portal.inputs import bounded_int, in_range
 
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 

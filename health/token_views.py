@@ -8,9 +8,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from core.roles import Role, role_required
 from health.node_tokens import NodeTokenError, issue_node_token, nodes_with_live_tokens
 from health.node_tokens import revoke_node_token as revoke
-from portal.roles import Role, role_required
 
 
 class IssueForm(forms.Form):

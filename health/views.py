@@ -5,15 +5,15 @@ from __future__ import annotations
 from django.http import Http404
 from django.shortcuts import render
 
-from clusters.remediation.correlation import grouping_rule
-from clusters.remediation.models import Action, Mode
-from clusters.remediation.policies import default_for_xid
-from health import xid as catalogue
+from agent import xid as catalogue
+from core.roles import ANY_ROLE, role_required
 from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
 from health.queries import filter_events, fold_groups
 from portal.regions import pushable, shared_region
-from portal.roles import ANY_ROLE, role_required
+from remediation.correlation import grouping_rule
+from remediation.models import Action, Mode
+from remediation.policies import default_for_xid
 
 FEED_LIMIT = 200
 MODE_WORDS = {

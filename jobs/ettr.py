@@ -39,7 +39,6 @@ from datetime import datetime
 from django.db.models import Prefetch
 from django.utils import timezone
 
-from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
 from jobs.models import AccountingJob, Job, JobProgress, JobState, JobStateChange
 from jobs.timeline import (
     MATCH_SLACK,
@@ -49,6 +48,7 @@ from jobs.timeline import (
     restarts_in,
     run_intervals,
 )
+from remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
 
 CAUSES = (
     "lost_progress",

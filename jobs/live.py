@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from core import live
 from jobs.models import Job
-from portal import live
 
 
 def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:

@@ -20,7 +20,7 @@ from django.core.mail import send_mail
 from django.utils import timezone
 
 from jobs import webhooks
-from jobs.accounts import profile_for_unix_user
+from jobs.access import profile_for_unix_user
 from jobs.models import (
     DeliveryOutcome,
     NotificationDelivery,

@@ -11,10 +11,10 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from jobs.accounts import can_view_script
+from core.roles import ANY_ROLE, role_required
+from jobs.access import can_view_script
 from jobs.output import RAW_TAIL_BYTES, STREAMS, read_stream
 from jobs.queries import job_for
-from portal.roles import ANY_ROLE, role_required
 
 PRIVATE = "This job's output is private: only its owner and administrators can read it."
 

@@ -7,9 +7,9 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from core.roles import ANY_ROLE, role_required
 from jobs import notifications, webhooks
 from jobs.models import NotificationDelivery, NotificationKind
-from portal.roles import ANY_ROLE, role_required
 
 KIND_CHOICES = [(kind.value, kind.label) for kind in NotificationKind if kind != "test"]
 HINTS = {

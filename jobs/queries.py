@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.http import Http404
 
-from jobs.accounts import can_view_job, unix_user_for
+from core.roles import Role, has_role, is_admin
+from jobs.access import can_view_job, unix_user_for
 from jobs.models import ACTIVE_JOB_STATES, Job, JobState
-from portal.roles import Role, has_role, is_admin
 
 
 def visible_jobs(user):

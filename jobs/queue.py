@@ -21,11 +21,11 @@ from django.utils import timezone
 
 from clusters.models import Cluster
 from clusters.privacy import private_data_for
-from jobs.accounts import unix_user_for
+from core.roles import Role, has_role, is_admin
+from jobs.access import unix_user_for
 from jobs.models import Job
 from jobs.queries import filter_jobs
 from jobs.timeline import lost_gpu_hours_by_job
-from portal.roles import Role, has_role, is_admin
 
 PAGE_SIZE = 50
 MAX_PARAM_LENGTH = 100

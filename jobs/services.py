@@ -19,7 +19,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
-from jobs.accounts import (
+from jobs.access import (
     HIDDEN,
     can_act_on_job,
     can_submit,

@@ -18,15 +18,15 @@ from datetime import datetime, timedelta
 from django.db.models import Prefetch, Q
 from django.utils import timezone
 
+from agent.xid import lookup
 from clusters.models import NodeStateChange
-from clusters.remediation.correlation import job_fault_of
-from clusters.remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
-from clusters.remediation.models import Trigger as RunTrigger
-from clusters.templatetags.remediation_tags import step_label
 from health.ingest import SEVERITY_RANK
 from health.models import EventKind, HealthEvent
-from health.xid import lookup
 from jobs.models import Job, JobProgress, JobState, JobStateChange
+from remediation.correlation import job_fault_of
+from remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
+from remediation.models import Trigger as RunTrigger
+from remediation.templatetags.remediation_tags import step_label
 
 # The sync notices a requeue up to one interval after the engine did it.
 MATCH_SLACK = timedelta(minutes=2)

@@ -7,8 +7,10 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from core import live
+from core.roles import ANY_ROLE, Role, has_role, is_admin, role_required
 from jobs import services
-from jobs.accounts import (
+from jobs.access import (
     can_act_on_job,
     can_submit,
     can_view_script,
@@ -32,9 +34,7 @@ from jobs.queries import job_for
 from jobs.queue import clean_params, queue_context
 from jobs.sbatch import render_sbatch
 from jobs.timeline import build_timeline
-from portal import live
 from portal.regions import pushable, shared_region
-from portal.roles import ANY_ROLE, Role, has_role, is_admin, role_required
 
 SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
 

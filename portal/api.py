@@ -33,7 +33,7 @@ def exception_handler(exc, context):
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, RequestDataTooBig):
-        from portal.inputs import PayloadTooLarge
+        from core.inputs import PayloadTooLarge
 
         exc = PayloadTooLarge(
             f"Payload too large; at most {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."

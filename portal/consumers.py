@@ -15,9 +15,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
 
-from portal import live, sockets
+from core import live
+from core.roles import roles_of
+from portal import sockets
 from portal.regions import render_for_socket
-from portal.roles import roles_of
 
 logger = logging.getLogger(__name__)
 

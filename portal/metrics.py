@@ -26,9 +26,9 @@ from django.views.decorators.http import require_safe
 
 from clusters.backends.slurm_cli import SLURM_TOOLS
 from clusters.models import Cluster, Gpu, GpuHealth, Node, NodeStatus
-from clusters.remediation.models import BreakerTrip, Remediation, RemediationStep
-from clusters.remediation.transitions import RunStatus
 from health.models import HealthEvent
+from remediation.models import BreakerTrip, Remediation, RemediationStep
+from remediation.transitions import RunStatus
 
 logger = logging.getLogger(__name__)
 

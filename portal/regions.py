@@ -3,7 +3,7 @@
 When a list changes, every open page showing it is poked and fetches its rows
 again: a hundred admins on the event feed would render the same rows a
 hundred times. A region's rendering is kept under its live version (bumped by
-each poke, portal.live), the request's path and query, and who is looking —
+each poke, core.live), the request's path and query, and who is looking —
 everyone alike, or one user where rows depend on the viewer (a researcher's
 queue under PrivateData) — so the next viewer of the same version gets it
 ready-made. Only regions without forms are kept: a CSRF token is one user's.
@@ -33,7 +33,7 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.urls import Resolver404, resolve
 from django_htmx.middleware import HtmxDetails
 
-from portal import live
+from core import live
 
 logger = logging.getLogger(__name__)
 KEEP_S = 60

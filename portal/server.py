@@ -29,7 +29,7 @@ def start_engine(worker_id: str) -> None:
     """
     import threading
 
-    from clusters.remediation.engine import Engine
+    from remediation.engine import Engine
 
     worker = Engine(worker_id=worker_id)
     threading.Thread(target=worker.run_forever, name="engine", daemon=True).start()

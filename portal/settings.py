@@ -15,7 +15,7 @@ from pathlib import Path
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import (
+from core.env import (
     database_from_url,
     env_bool,
     env_choice,
@@ -24,7 +24,7 @@ from portal.env import (
     env_list,
     env_str,
 )
-from portal.ldap_config import ldap_settings
+from identity.ldap_config import ldap_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -58,18 +58,25 @@ INSTALLED_APPS = [
     "channels",
     "axes",
     "csp",
-    "portal",
+    # Medbay's apps, bottom layer first (README, Architecture). core/ and agent/ are
+    # plain libraries, not apps.
     "clusters",
-    "jobs",
     "health",
+    "remediation",
+    "jobs",
+    "sync",
+    "reports",
+    "identity",
+    "demo",
+    "portal",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Outside the input checks, so their 400s carry the policy too.
     "csp.middleware.CSPMiddleware",
-    # Before anything reads the session, the path or a parameter (see portal/inputs.py).
-    "portal.inputs.HostileInputMiddleware",
+    # Before anything reads the session, the path or a parameter (see core/inputs.py).
+    "core.inputs.HostileInputMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -82,13 +89,13 @@ MIDDLEWARE = [
 ]
 AUTHENTICATION_BACKENDS = [
     # First: it refuses a locked name before any password is checked.
-    "portal.views_auth.ThrottlingBackend",
+    "identity.views.login.ThrottlingBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 
 # Site directory log-in (LDAP, django-auth-ldap): off unless MEDBAY_LDAP_URI is set.
-# portal/ldap_config.py turns the MEDBAY_LDAP_* variables into AUTH_LDAP_* settings;
-# portal/ldap_login.py maps each log-in through portal.identity (roles from groups,
+# identity/ldap_config.py turns the MEDBAY_LDAP_* variables into AUTH_LDAP_* settings;
+# identity/ldap_login.py maps each log-in through identity.directory (roles from groups,
 # the Unix account from an attribute). After the throttle, so directory log-ins are
 # counted and locked like local ones; before local accounts, which still log in
 # when the directory is down.
@@ -96,7 +103,7 @@ _ldap = ldap_settings(os.environ)
 MEDBAY_LDAP_URI = _ldap.pop("MEDBAY_LDAP_URI", "")
 if MEDBAY_LDAP_URI:
     globals().update(_ldap)
-    AUTHENTICATION_BACKENDS.insert(1, "portal.ldap_login.DirectoryBackend")
+    AUTHENTICATION_BACKENDS.insert(1, "identity.ldap_login.DirectoryBackend")
 
 ROOT_URLCONF = "portal.urls"
 ASGI_APPLICATION = "portal.asgi.application"
@@ -111,7 +118,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.roles.role_context",
+                "core.roles.role_context",
             ],
         },
     },
@@ -192,13 +199,13 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header makes anonymous calls a 401.
-        "portal.api_tokens.ApiTokenAuthentication",
+        "identity.api_tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "portal.api.BoundedPagination",
     "DEFAULT_PARSER_CLASSES": [
-        "portal.inputs.SafeJSONParser",
+        "core.inputs.SafeJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -217,8 +224,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Several models have a `status` or `action`; name the remediation enums.
     "ENUM_NAME_OVERRIDES": {
-        "RemediationStatusEnum": "clusters.remediation.transitions.RunStatus",
-        "RemediationActionEnum": "clusters.remediation.models.Action",
+        "RemediationStatusEnum": "remediation.transitions.RunStatus",
+        "RemediationActionEnum": "remediation.models.Action",
         # Nodes and jobs both have a `state` too.
         "NodeStateEnum": "clusters.models.NodeState",
         "JobStateEnum": "jobs.models.JobState",
@@ -277,14 +284,14 @@ MEDBAY_SIM_TIME_SCALE = env_float("MEDBAY_SIM_TIME_SCALE", 60.0)
 # The layout a process builds its own simulator from (the demo's: an eighth infer, an
 # eighth spare), so that separate `run_engine` processes act on the benchmark's nodes.
 # Above this many nodes (after the filters) the board is the fleet view: a canvas of
-# every GPU instead of a card per node (clusters.fleet).
+# every GPU instead of a card per node (clusters.canvas).
 MEDBAY_BOARD_TILES_MAX = env_int("MEDBAY_BOARD_TILES_MAX", 512)
 MEDBAY_SIM_NODES = env_int("MEDBAY_SIM_NODES", 32)
 MEDBAY_SIM_PREFIX = env_str("MEDBAY_SIM_PREFIX", "gpu")
 # History older than this many days is deleted by `manage.py prune_history` once the
-# daily rollups hold its figures (portal/reports/retention.py); 0 keeps everything.
+# daily rollups hold its figures (reports/retention.py); 0 keeps everything.
 MEDBAY_HISTORY_RETENTION_DAYS = env_int("MEDBAY_HISTORY_RETENTION_DAYS", 0)
-# Remediation circuit breaker and flapping quarantine (clusters/remediation/safety.py).
+# Remediation circuit breaker and flapping quarantine (remediation/safety.py).
 MEDBAY_BREAKER_PARTITION_PCT = env_float("MEDBAY_BREAKER_PARTITION_PCT", 10.0)
 # However small the partition, this many of its nodes may be in remediation at once
 # (never more than it has): at 10 % alone, a pool of four stopped at its first node.
@@ -311,13 +318,13 @@ if not 0 < MEDBAY_PART_FAULT_WINDOW_S <= 600:
     raise ImproperlyConfigured("MEDBAY_PART_FAULT_WINDOW_S must be between 0 and 600 seconds")
 if MEDBAY_PART_FAULT_MIN_NODES < 2:
     raise ImproperlyConfigured("MEDBAY_PART_FAULT_MIN_NODES must be 2 or more")
-# The catalogue's cause classes each rule groups (health/xid.py Cause; each XID's page
+# The catalogue's cause classes each rule groups (agent/xid.py Cause; each XID's page
 # shows its class): a job's own fault, and a shared part's.
 MEDBAY_JOB_FAULT_CAUSES = env_list("MEDBAY_JOB_FAULT_CAUSES", ["application"])
 MEDBAY_PART_FAULT_CAUSES = env_list(
     "MEDBAY_PART_FAULT_CAUSES", ["hardware", "pcie", "nvlink", "memory_ecc"]
 )
-from health.xid import Cause as _Cause  # noqa: E402 - plain library code, no Django
+from agent.xid import Cause as _Cause  # noqa: E402 - plain library code, no Django
 
 for _name, _causes in (
     ("MEDBAY_JOB_FAULT_CAUSES", MEDBAY_JOB_FAULT_CAUSES),
@@ -373,13 +380,13 @@ for _entry in MEDBAY_WEBHOOK_ALLOW:
 MEDBAY_LOGIN_MAX_FAILURES = env_int("MEDBAY_LOGIN_MAX_FAILURES", 10)
 MEDBAY_LOGIN_WINDOW_S = env_int("MEDBAY_LOGIN_WINDOW_S", 300)
 # django-axes applies them to every authenticate(request, ...): /login/, /admin/login/,
-# /api/v1/auth/token/ (see portal/views_auth.py).
+# /api/v1/auth/token/ (see identity/views/login.py).
 AXES_FAILURE_LIMIT = MEDBAY_LOGIN_MAX_FAILURES
-AXES_COOLOFF_TIME = "portal.views_auth.cool_off"
+AXES_COOLOFF_TIME = "identity.views.login.cool_off"
 AXES_LOCKOUT_PARAMETERS = [["ip_address", "username"]]
-AXES_USERNAME_CALLABLE = "portal.views_auth.username_key"
-AXES_CLIENT_IP_CALLABLE = "portal.views_auth.client_ip"
-AXES_LOCKOUT_CALLABLE = "portal.views_auth.lockout"
+AXES_USERNAME_CALLABLE = "identity.views.login.username_key"
+AXES_CLIENT_IP_CALLABLE = "identity.views.login.client_ip"
+AXES_LOCKOUT_CALLABLE = "identity.views.login.lockout"
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False
@@ -395,7 +402,7 @@ for _limit in ("MEDBAY_SOCKETS_PER_USER", "MEDBAY_WATCHES_PER_SOCKET", "MEDBAY_R
     if globals()[_limit] < 1:
         raise ImproperlyConfigured(f"{_limit} must be at least 1, got {globals()[_limit]}")
 
-# OpenID Connect log-in (portal/oidc_login.py, portal/views_oidc.py; mozilla-django-oidc).
+# OpenID Connect log-in (identity/oidc_login.py, identity/views/oidc.py; mozilla-django-oidc).
 # On when MEDBAY_OIDC_CLIENT_ID is set; unset, the log-in page and the tests are unchanged.
 # Endpoints come from the issuer's discovery document unless all four are given.
 MEDBAY_OIDC_CLIENT_ID = env_str("MEDBAY_OIDC_CLIENT_ID")
@@ -440,8 +447,8 @@ if MEDBAY_OIDC_ENABLED:
             "MEDBAY_OIDC_AUTHORIZATION_ENDPOINT, MEDBAY_OIDC_TOKEN_ENDPOINT, "
             "MEDBAY_OIDC_USERINFO_ENDPOINT and MEDBAY_OIDC_JWKS_URI"
         )
-    AUTHENTICATION_BACKENDS.append("portal.oidc_login.OIDCBackend")
-TEMPLATES[0]["OPTIONS"]["context_processors"].append("portal.views_oidc.login_button")
+    AUTHENTICATION_BACKENDS.append("identity.oidc_login.OIDCBackend")
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("identity.views.oidc.login_button")
 
 LOGGING = {
     "version": 1,

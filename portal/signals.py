@@ -16,7 +16,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save, pre_sa
 from django.dispatch import receiver
 from django.utils import timezone
 
-from portal import live
+from core import live
 from portal.consumers import CLOSE_FORBIDDEN as CLOSE_ACCESS_CHANGED
 from portal.consumers import CLOSE_LOGGED_OUT
 

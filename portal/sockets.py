@@ -33,7 +33,7 @@ from django.core.cache import cache
 from django.db import close_old_connections
 from django.utils.crypto import constant_time_compare
 
-from portal import live
+from core import live
 
 logger = logging.getLogger(__name__)
 

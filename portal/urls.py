@@ -6,9 +6,9 @@ from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
+from identity.views.login import LoginForm, ThrottledObtainAuthToken
+from identity.views.tokens import api_token_revoke, api_tokens
 from portal.metrics import metrics_view
-from portal.views_auth import LoginForm, ThrottledObtainAuthToken
-from portal.views_tokens import api_token_revoke, api_tokens
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -26,15 +26,15 @@ api_patterns = [
     ),
     path("health/events/", HealthEventsView.as_view(), name="api-health-events"),
     path("", include("jobs.api.urls")),
-    path("", include("clusters.remediation.api_urls")),
-    path("", include("portal.reports.api_urls")),
+    path("", include("remediation.api_urls")),
+    path("", include("reports.api_urls")),
     path("", include(router.urls)),
 ]
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(authentication_form=LoginForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("oidc/", include("portal.views_oidc")),
+    path("oidc/", include("identity.views.oidc")),
     path("admin/", admin.site.urls),
     path("account/tokens/", api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", api_token_revoke, name="api-token-revoke"),
@@ -42,8 +42,8 @@ urlpatterns = [
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),
     path("", include("jobs.urls")),
-    path("", include("clusters.remediation.urls")),
-    path("", include("portal.reports.urls")),
+    path("", include("remediation.urls")),
+    path("", include("reports.urls")),
     path("", include("clusters.urls")),
 ]
 

@@ -11,12 +11,15 @@ from datetime import timedelta
 
 import pytest
 
+# The real local Slurm clusters, for every app's tests marked `slurm`.
+pytest_plugins = ["tests.plugins.slurm_cluster", "tests.plugins.accounting_cluster"]
+
 PASSWORD = "correct-horse-battery"
 
 
 def _user(username: str, role_name: str):
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
 
     return create_user_with_role(username, Role(role_name), PASSWORD)[0]
 
@@ -64,7 +67,7 @@ def cluster(db):
 @pytest.fixture
 def synced(sim, cluster):
     """Reconcile the simulator into the database; call again after changes."""
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     def sync(advance: timedelta | None = None):
         if advance:

@@ -5,8 +5,8 @@ from rest_framework import viewsets
 
 from clusters.api.serializers import NodeSerializer
 from clusters.models import Node
+from core.roles import HasAnyRole
 from jobs.models import ACTIVE_JOB_STATES, Job
-from portal.roles import HasAnyRole
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):

@@ -602,7 +602,7 @@ class SimulatedCluster:
 
     def spare_capacity(self) -> list[str]:
         """Idle spares, as Slurm would see them; Medbay's choice among them is
-        clusters.remediation.spares."""
+        remediation.spares."""
         with self._lock:
             used = self._gpus_used_by_node()
             return [

@@ -445,7 +445,7 @@ def raise_json_errors(args: Sequence[str], payload: Any) -> None:
     22.05's `squeue --json` and `sinfo --json` exit 0 with `"errors": [...]` and an
     empty list when slurmctld cannot be reached; read as data, that empty list said
     every job had finished and every node was gone (found by the chaos suite,
-    tests/slurm_integration/test_chaos_slurmctld.py). A failed read is worth
+    tests/chaos/test_slurmctld_restart.py). A failed read is worth
     retrying, so the error is transient; the engine asks a human after repeats.
     """
     errors = payload.get("errors") if isinstance(payload, dict) else None

@@ -40,7 +40,7 @@ class SlurmSparesFleet:
 
     def spare_capacity(self) -> list[str]:
         """Idle, schedulable spares, in name order. Slurm cannot tell a sound spare from
-        one whose GPU failed: which of them Medbay offers is clusters.remediation.spares."""
+        one whose GPU failed: which of them Medbay offers is remediation.spares."""
         return sorted(
             info.name
             for info in self.backend.nodes()

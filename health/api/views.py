@@ -6,11 +6,11 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
+from core.roles import HasAnyRole
 from health.api.auth import IsNodeAgent, NodeTokenAuthentication
 from health.ingest import BatchInvalid, ingest, validate_batch
 from health.models import HealthEvent
 from health.queries import filter_events
-from portal.roles import HasAnyRole
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 

@@ -4,7 +4,7 @@ from django import forms
 from drf_spectacular.utils import inline_serializer
 from rest_framework import serializers
 
-from jobs.accounts import visible_params, visible_script
+from jobs.access import visible_params, visible_script
 from jobs.forms import JobForm
 from jobs.models import Job, JobProgress, JobStateChange
 from jobs.reasons import plain_reason

@@ -11,8 +11,9 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.roles import HasAnyRole
 from jobs import services
-from jobs.accounts import can_submit, owns
+from jobs.access import can_submit, owns
 from jobs.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
@@ -33,7 +34,6 @@ from jobs.models import Job
 from jobs.queries import filter_jobs, job_for, visible_jobs
 from jobs.timeline import build_timeline
 from portal.api_schema import ErrorSerializer
-from portal.roles import HasAnyRole
 
 JOB_INPUT = job_input("JobInput")
 # Every field optional: the stored job fills in what the body leaves out.

@@ -4,7 +4,7 @@ from django.db import migrations
 
 
 def redact(apps, schema_editor):
-    from jobs.accounts import redact_token
+    from jobs.access import redact_token
 
     Job = apps.get_model("jobs", "Job")
     for job in Job.objects.filter(script__contains="MEDBAY_JOB_TOKEN=mbj_").only("script"):

@@ -4,13 +4,13 @@ from django import template
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from jobs.accounts import can_view_script
+from jobs.access import can_view_script
 from jobs.output import STREAMS
 from jobs.reasons import plain_reason as _plain_reason
 
 register = template.Library()
 
-# The forms remediation steps write job ids in (clusters/remediation/steps/jobs.py):
+# The forms remediation steps write job ids in (remediation/steps/jobs.py):
 # "job(s) 1012, 1013", "job 1012", "requeued 1012", "already finished 1012", and
 # a note per job, "1012 released", at the start or after "; ".
 JOB_IDS = re.compile(

@@ -1,6 +1,6 @@
 """The role groups exist from the first `migrate`, not only after `demo`.
 
-Written out rather than read from portal.roles.Role: a migration must keep
+Written out rather than read from core.roles.Role: a migration must keep
 doing what it did when it was written.
 """
 

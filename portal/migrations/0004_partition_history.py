@@ -1,6 +1,6 @@
 """Node and job state changes and health events partitioned by month on PostgreSQL.
 
-See portal/reports/partitions.py. Django's state is unchanged (the models keep `id`
+See reports/partitions.py. Django's state is unchanged (the models keep `id`
 as their key); on SQLite this does nothing.
 """
 
@@ -10,7 +10,7 @@ from django.db import migrations
 def partition(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    from portal.reports.partitions import HISTORY_TABLES, is_partitioned, partition_table
+    from reports.partitions import HISTORY_TABLES, is_partitioned, partition_table
 
     for history in HISTORY_TABLES:
         if not is_partitioned(history):
@@ -20,7 +20,7 @@ def partition(apps, schema_editor):
 def unpartition(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    from portal.reports.partitions import HISTORY_TABLES, is_partitioned, unpartition_table
+    from reports.partitions import HISTORY_TABLES, is_partitioned, unpartition_table
 
     for history in HISTORY_TABLES:
         if is_partitioned(history):

@@ -1,4 +1,4 @@
-// The fleet view (clusters/fleet.py): every GPU of a large cluster drawn on one
+// The fleet view (clusters/canvas.py): every GPU of a large cluster drawn on one
 // canvas per partition from a compact payload, {"groups": [{"name", "nodes":
 // [names], "gpus": ["hhhhfhhh", ...]}]}, one letter per GPU. The live socket
 // (topic "fleet") sends {"fleet": [[name, letters], ...]} for the nodes that

@@ -1,10 +1,12 @@
 """The layer order written in the README's Architecture section, read from the imports.
 
-Every module of portal/, clusters/, jobs/ and health/ is put in a layer by the
-first pattern of LAYERS that matches its name; a module may import its own
-layer or any layer below, never one above, and no modules may import each other
-in a circle. Imports inside functions count too: a late import is still an
-arrow. Only `if TYPE_CHECKING:` imports are left out (they never run).
+Each top-level package sits in one layer (LAYERS, bottom first); a module may
+import its own layer or any layer below, never one above, and no modules may
+import each other in a circle. The few modules that combine apps by design
+(views, APIs, URLs, admin, management commands, app configs: PAGES_FIRST) sit
+on top whatever their package. Imports inside functions count too: a late
+import is still an arrow. Only `if TYPE_CHECKING:` imports are left out (they
+never run).
 """
 
 from __future__ import annotations
@@ -14,42 +16,19 @@ import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("portal", "clusters", "jobs", "health")
-
-# Bottom first. The first pattern that matches a module's name gives its layer.
+# Bottom first: each top-level package and the layer it sits in.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "roles, the live sender and libraries without Django",
-        (
-            "portal.env",
-            "portal.roles",
-            "portal.live",
-            "portal.inputs",
-            "portal.sql",
-            "health.xid",
-            "health.agent*",
-            "health.parsers*",
-            "health.checks*",
-        ),
-    ),
-    (
-        "fleet",
-        (
-            "clusters.models",
-            "clusters.status",
-            "clusters.holders",
-            "clusters.backends*",
-            "clusters.board",
-            "clusters.fleet",
-            "clusters.live",
-        ),
-    ),
-    ("health", ("health.models", "health.ingest", "health.live", "health.queries")),
-    ("remediation and jobs", ("clusters.remediation.*", "jobs.*", "clusters.*")),
-    ("pages", ("*",)),
+    ("libraries: no models, import no app", ("core", "agent")),
+    ("the fleet", ("clusters",)),
+    ("health", ("health",)),
+    ("remediation, jobs and the Slurm sync", ("remediation", "jobs", "sync")),
+    ("reports, identity and the demo", ("reports", "identity", "demo")),
+    ("the portal: settings, plumbing and the pages that combine apps", ("portal",)),
 ]
+APPS = tuple(package for _, packages in LAYERS for package in packages)
 PAGES_FIRST = (  # modules under the patterns above that are pages all the same
     "*.views",
+    "*.views.*",
     "*.api*",
     "*.urls",
     "*.api_urls",
@@ -63,8 +42,9 @@ PAGES_FIRST = (  # modules under the patterns above that are pages all the same
 def layer_of(module: str) -> int:
     if any(fnmatch.fnmatchcase(module, pattern) for pattern in PAGES_FIRST):
         return len(LAYERS) - 1
-    for index, (_, patterns) in enumerate(LAYERS):
-        if any(fnmatch.fnmatchcase(module, pattern) for pattern in patterns):
+    package = module.split(".")[0]
+    for index, (_, packages) in enumerate(LAYERS):
+        if package in packages:
             return index
     raise AssertionError(module)
 
@@ -151,3 +131,26 @@ def test_no_modules_import_each_other_in_a_circle():
     for module in sorted(graph):
         visit(module)
     assert circles == []
+
+
+def test_the_libraries_import_no_app_and_the_agent_no_django():
+    """core/ is the bottom library (it may use Django, never an app), and agent/ runs on
+    GPU nodes where Django is not installed."""
+    found = []
+    for module, path in project_modules().items():
+        package = module.split(".")[0]
+        if package not in ("core", "agent"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                if top in APPS and top not in ("core", "agent"):
+                    found.append(f"{module} imports {name}")
+                if package == "agent" and top in ("django", "rest_framework", "channels", "core"):
+                    found.append(f"{module} imports {name}")
+    assert found == []

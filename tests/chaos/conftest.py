@@ -11,9 +11,9 @@ import pytest
 
 from clusters.backends import registry
 from clusters.backends.simulated import SimulatedCluster
-from clusters.sync import apply_snapshot
+from sync.cycle import apply_snapshot
 from tests.chaos.services import PrivatePostgres, PrivateRedis
-from tests.health_integration.live_portal import PortalServer
+from tests.health.live_portal import PortalServer
 from tests.remediation.test_crash_recovery import crash_env  # noqa: F401 - a fixture, reused
 
 

@@ -17,12 +17,12 @@ import pytest
 from django.db import close_old_connections, connection
 
 from clusters.models import Node
-from clusters.remediation import policies
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import Action, BreakerRefusal, Remediation, Trigger
-from clusters.remediation.services import create_run
-from clusters.remediation.transitions import RunStatus
 from health.models import Incident
+from remediation import policies
+from remediation.engine import Engine
+from remediation.models import Action, BreakerRefusal, Remediation, Trigger
+from remediation.services import create_run
+from remediation.transitions import RunStatus
 from tests.chaos.test_xid_storm import GPUS, send, storm_batches
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

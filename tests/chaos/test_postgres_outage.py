@@ -14,13 +14,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.chaos.conftest import ChaosPortal
-from tests.health_integration.live_portal import (
+from tests.health.live_portal import (
     AgentProcess,
     ServerDatabase,
     kernel_log_line,
     wait_for,
 )
-from tests.health_integration.test_agent_to_portal import spooled
+from tests.health.test_agent_to_portal import spooled
 
 pytestmark = pytest.mark.integration
 

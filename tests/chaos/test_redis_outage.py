@@ -18,7 +18,7 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.chaos.conftest import ChaosPortal
-from tests.health_integration.live_portal import ServerDatabase
+from tests.health.live_portal import ServerDatabase
 
 pytestmark = pytest.mark.integration
 

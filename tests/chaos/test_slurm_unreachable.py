@@ -4,7 +4,7 @@ Captured from the minicluster with slurmctld stopped: `squeue --json` and `sinfo
 --json` exit 0 with an error in the body and empty lists. The backend must raise
 a transient error, never report "no jobs, no nodes" (the engine would conclude
 the jobs had finished and skip their requeue). The live version of this is
-tests/slurm_integration/test_chaos_slurmctld.py.
+tests/chaos/test_slurmctld_restart.py.
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from clusters.models import Node, Partition
-from clusters.remediation import safety
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import BreakerTrip, Remediation
-from clusters.remediation.services import transition
-from clusters.remediation.transitions import ACTIVE, RunStatus
 from health.ingest import FOLD_WINDOW, INCIDENT_SILENCE, ingest, validate_batch
 from health.models import HealthEvent, Incident
+from remediation import safety
+from remediation.engine import Engine
+from remediation.models import BreakerTrip, Remediation
+from remediation.services import transition
+from remediation.transitions import ACTIVE, RunStatus
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

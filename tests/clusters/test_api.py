@@ -4,7 +4,7 @@ from rest_framework.test import APIClient
 
 from clusters.backends.simulated import SimulatedCluster
 from clusters.models import Cluster
-from clusters.sync import apply_snapshot
+from sync.cycle import apply_snapshot
 from tests.conftest import PASSWORD
 
 

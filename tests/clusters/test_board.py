@@ -4,7 +4,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from clusters.backends.simulated import SimulatedCluster
-from clusters.sync import apply_snapshot
+from sync.cycle import apply_snapshot
 from tests.conftest import PASSWORD
 
 
@@ -45,7 +45,7 @@ def test_the_board_filters_by_pool_and_state(client, researcher, sim, synced):
 
 
 def test_a_failed_gpu_is_red_and_counted(client, researcher, sim, cluster, synced):
-    from clusters.simulation import record_gpu_fault
+    from demo.simulation import record_gpu_fault
 
     record_gpu_fault(cluster, sim.inject_xid("gpu-03", 3, 79))
     login(client, researcher)

@@ -1,7 +1,7 @@
 from datetime import timedelta
 
 from clusters.models import Gpu, GpuHealth, Node, NodeStatus
-from clusters.simulation import SimulationLoop
+from demo.simulation import SimulationLoop
 
 
 def test_a_replaced_node_comes_back_as_a_healthy_spare_after_repair(sim, cluster, synced):

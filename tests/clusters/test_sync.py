@@ -2,8 +2,8 @@ from datetime import timedelta
 
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster, Node, NodeStateChange, NodeStatus
-from clusters.sync import sync_once
 from jobs.models import Job, JobStateChange
+from sync.cycle import sync_once
 
 JOB = "#!/bin/bash\n#SBATCH --partition=train\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:8\nsrun x\n"
 

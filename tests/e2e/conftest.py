@@ -26,7 +26,6 @@ import pytest
 from tests.e2e.portal_server import PASSWORD, ROOT
 
 # The real local Slurm, for the journeys that run on it (tests marked slurm).
-from tests.slurm_integration.conftest import minicluster, restore_nodes, slurm  # noqa: F401
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -55,7 +55,7 @@ def main(port: int) -> None:
 
 
 def run_engine() -> None:
-    from clusters.remediation.engine import Engine
+    from remediation.engine import Engine
 
     Engine("e2e-engine").run_forever(interval=ENGINE_POLL_S)
 
@@ -68,9 +68,9 @@ def seed():
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster, Partition
-    from clusters.sync import apply_snapshot
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
+    from sync.cycle import apply_snapshot
 
     call_command("migrate", interactive=False, verbosity=0)
     # Started now: job times and the wall-clock history rows read as one clock.
@@ -113,7 +113,7 @@ def follow_commands(commands: dict, *context) -> None:
 
 
 def sync(cluster, sim, command=None) -> None:
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     apply_snapshot(cluster, sim.partitions(), sim.nodes(), sim.jobs(), actor="e2e")
 
@@ -155,7 +155,7 @@ def xid(cluster, sim, command) -> dict:
     from django.utils import timezone
 
     from clusters.backends.simulated import SimFault
-    from clusters.simulation import record_gpu_fault
+    from demo.simulation import record_gpu_fault
 
     fault = SimFault(
         at=timezone.now(),
@@ -182,8 +182,8 @@ def decide(cluster, sim, command) -> dict:
     """Another admin approves or rejects a waiting run, through the same action the page uses."""
     from django.contrib.auth import get_user_model
 
-    from clusters.remediation import actions
-    from clusters.remediation.models import Remediation
+    from remediation import actions
+    from remediation.models import Remediation
 
     run = Remediation.objects.get(pk=command["run"])
     admin = get_user_model().objects.get(username="admin")
@@ -196,7 +196,7 @@ def drop_sockets(cluster, sim, command) -> None:
     """Close every open live socket as a restarting server does (pages reconnect)."""
     from django.contrib.auth import get_user_model
 
-    from portal import live
+    from core import live
     from portal.consumers import CLOSE_RESTARTING
 
     for pk in get_user_model().objects.values_list("pk", flat=True):
@@ -222,8 +222,8 @@ def fresh_training(cluster, sim, command) -> dict:
 def await_approval(cluster, sim, command) -> dict:
     """A policy's run that stops for an admin's approval, as the policies create them."""
     from clusters.models import Node
-    from clusters.remediation import services
-    from clusters.remediation.models import Mode, Trigger
+    from remediation import services
+    from remediation.models import Mode, Trigger
 
     node = Node.objects.get(cluster=cluster, name=command["node"])
     run = services.create_run(
@@ -238,7 +238,7 @@ def await_approval(cluster, sim, command) -> dict:
 
 
 def history(cluster, sim, command) -> dict:
-    from clusters.history import generate_history
+    from demo.past import generate_history
 
     stats = generate_history(cluster, command.get("days", 3), jobs=command.get("jobs"))
     return {"jobs": stats.jobs, "node_changes": stats.node_changes}
@@ -287,8 +287,8 @@ def recorded_accounting(cluster, sim, command) -> dict:
 
 def superuser(cluster, sim, command) -> dict:
     """A superuser, who sees every page of Django's admin site (the admin role sees none)."""
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
 
     user, _ = create_user_with_role(command["username"], Role.ADMIN, PASSWORD)
     user.is_superuser = True

@@ -45,10 +45,11 @@ def seed(users: dict[str, str] = USERS) -> None:
 
     from clusters.backends import registry
     from clusters.models import Partition
-    from clusters.remediation.engine import Engine
-    from clusters.sync import SyncLoop, ensure_cluster, sync_once
-    from portal.accounts import create_user_with_role
-    from portal.roles import Role
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
+    from remediation.engine import Engine
+    from sync.cycle import sync_once
+    from sync.loop import SyncLoop, ensure_cluster
 
     call_command("migrate", interactive=False, verbosity=0)
     backend = registry.get_backend()

@@ -33,8 +33,8 @@ from tests.e2e.conftest import (
     watch_for_problems,
 )
 from tests.e2e.portal_server import PASSWORD
-from tests.ldap_integration import directory as ldap_directory
-from tests.ldap_integration.directory import (
+from tests.identity import directory as ldap_directory
+from tests.identity.directory import (
     add_member,
     directory,  # noqa: F401 (fixture)
     password_of,

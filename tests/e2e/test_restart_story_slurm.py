@@ -26,7 +26,7 @@ except ImportError:  # the fixtures then skip, or fail under CI, saying what is 
     expect = None
 
 from clusters.backends.base import JobSubmission
-from clusters.sync import HGX_8_GPU_BUS_IDS
+from sync.nodes import HGX_8_GPU_BUS_IDS
 from tests.e2e.conftest import (
     WATCH_SOCKET,
     job_workdir,
@@ -38,7 +38,7 @@ from tests.e2e.conftest import (
 )
 from tests.waiting import wait_for
 
-pytestmark = [pytest.mark.browser, pytest.mark.slurm]
+pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.slurm_versions]
 
 REPO = Path(__file__).resolve().parents[2]
 # The trainer in the background, so this shell runs its traps at once
@@ -83,7 +83,7 @@ def agent(slurm_portal, tmp_path):
         token_file.write_text(token)
         process = subprocess.Popen(
             [
-                sys.executable, "-m", "health.agent.cli", "run",
+                sys.executable, "-m", "agent.cli", "run",
                 "--portal", slurm_portal.url, "--token-file", str(token_file),
                 "--kmsg", str(kernel_log), "--from-start", "--node", node,
                 "--spool", str(tmp_path / f"spool-{node}"),

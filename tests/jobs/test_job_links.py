@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Node
-from clusters.remediation import services
-from clusters.remediation.models import Mode, RemediationStep, StepOutcome, Trigger
 from jobs.templatetags.jobs_tags import link_job_ids
+from remediation import services
+from remediation.models import Mode, RemediationStep, StepOutcome, Trigger
 
 pytestmark = pytest.mark.django_db
 

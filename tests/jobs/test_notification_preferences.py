@@ -9,7 +9,6 @@ import pytest
 from django.core import mail
 
 from clusters.models import Node
-from clusters.remediation.models import Remediation
 from jobs.models import (
     DeliveryOutcome,
     Job,
@@ -24,6 +23,7 @@ from jobs.notifications import (
     notify_job_finished,
     notify_remediation_effect,
 )
+from remediation.models import Remediation
 from tests.jobs.webhook_servers import webhook_server
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import pytest
 from django.core import mail
 
 from clusters.models import Node
-from clusters.remediation.models import Remediation
 from jobs.models import Job, ResearcherProfile
 from jobs.notifications import notify_remediation_effect
+from remediation.models import Remediation
 
 pytestmark = pytest.mark.django_db
 

@@ -111,7 +111,7 @@ def test_hostile_stream_values_are_a_400(login, researcher, alices_job, query):
 
 @pytest.mark.parametrize(
     ("path", "status"),
-    # A NUL anywhere in a path is refused as bad input before routing (portal/inputs.py).
+    # A NUL anywhere in a path is refused as bad input before routing (core/inputs.py).
     [("/jobs/%00/output/", 400), ("/jobs/1%00/output/", 400), ("/jobs/-1/output/", 404)],
 )
 def test_hostile_job_ids_are_refused(login, researcher, alices_job, path, status):

@@ -98,7 +98,7 @@ def test_a_job_submitted_while_the_sync_read_slurm_keeps_its_row_and_its_token(
 ):
     from django.utils import timezone
 
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     # A sync cycle reads Slurm, then the researcher submits before it writes.
     read_at = timezone.now()

@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from clusters.backends.base import JobSubmission
 from clusters.models import Node, Partition
-from clusters.remediation import services
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import Action, Remediation, RemediationJob, Trigger
 from jobs.models import Job, JobProgress
 from jobs.timeline import build_timeline
+from remediation import services
+from remediation.engine import Engine
+from remediation.models import Action, Remediation, RemediationJob, Trigger
 from tests.remediation.conftest import TRAINING_JOB, drive, ingest_xid
 
 pytestmark = pytest.mark.django_db

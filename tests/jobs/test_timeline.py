@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from clusters.models import Node
-from clusters.remediation.models import Remediation, RemediationJob, RemediationStep
 from health.models import HealthEvent
 from jobs.models import Job, JobProgress, JobStateChange
+from remediation.models import Remediation, RemediationJob, RemediationStep
 
 pytestmark = pytest.mark.django_db
 

@@ -174,7 +174,7 @@ def test_a_region_is_rendered_once_per_version_for_viewers_who_see_it_alike(admi
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from portal import live
+    from core import live
 
     def viewer(user):
         logged_in = Client()

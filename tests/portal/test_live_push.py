@@ -79,8 +79,8 @@ async def test_a_region_the_view_does_not_push_is_poked_for_the_page_to_fetch(
 ):
     """The approval queue holds forms (a CSRF token is the page's own): fetched, never pushed."""
     from clusters.models import Node
-    from clusters.remediation import services
-    from clusters.remediation.models import Trigger
+    from remediation import services
+    from remediation.models import Trigger
 
     comm = await watching(
         admin_user, "remediation", ["runs", "/remediation/approvals/", "approval-queue"]

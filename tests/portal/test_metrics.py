@@ -19,9 +19,9 @@ from clusters.backends.base import BackendError
 from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm_cli import SLURM_TOOLS
 from clusters.models import Cluster, Node
-from clusters.remediation.models import BreakerTrip, Remediation, RemediationStep
 from health.models import NodeToken
 from portal.metrics import SLURM_BUCKETS_S, SLURM_KEY
+from remediation.models import BreakerTrip, Remediation, RemediationStep
 
 SAMPLE = re.compile(r'^([a-z_]+)(\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|\+Inf|NaN)$')
 

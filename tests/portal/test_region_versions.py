@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from portal import live
+from core import live
 from tests.chaos.services import PrivateRedis
 
 pytestmark = pytest.mark.django_db
@@ -136,7 +136,7 @@ def test_an_unreachable_cache_leaves_the_versions_and_still_sends_the_poke(
             sent.append((group, message["regions"]))
 
     monkeypatch.setattr(live, "get_channel_layer", lambda: RecordingLayer())
-    with caplog.at_level(logging.WARNING, logger="portal.live"):
+    with caplog.at_level(logging.WARNING, logger="core.live"):
         in_a_thread(poke_in_one_trip)
     assert "Versions of 3 region(s) not bumped" in caplog.text
     assert sent == [

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import database_from_url, env_bool, env_int
+from core.env import database_from_url, env_bool, env_int
 
 ROOT = Path(__file__).resolve().parents[2]
 

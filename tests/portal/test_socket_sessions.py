@@ -22,7 +22,7 @@ from django.test import Client
 from django.utils import timezone
 
 from clusters.backends.base import JobSubmission
-from portal.models import ApiToken
+from identity.models import ApiToken
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -153,7 +153,7 @@ async def test_a_socket_whose_session_expired_closes_by_itself(researcher, monke
 
 async def test_an_api_token_opens_no_socket_so_revoking_one_leaves_none_open(researcher):
     """Sockets are opened by a session only: a token, revoked or not, never holds one."""
-    from portal import accounts
+    from identity import accounts
 
     token, raw = await database_sync_to_async(accounts.issue_api_token)(researcher, "script")
     comm = WebsocketCommunicator(

@@ -2,7 +2,7 @@
 
 A sync cycle of a 60,000-job cluster changes thousands of jobs nobody looks at; on
 the Redis layer each send costs round trips whether or not a socket is in the
-group. A socket notes the page groups it joins (portal.live.note_watched) and a
+group. A socket notes the page groups it joins (core.live.note_watched) and a
 publisher sends only to those, except when it cannot tell: then to all, as a
 send too many costs less than a page left stale. On a real redis-server, as the
 layer and the cache, as in production.
@@ -16,7 +16,7 @@ from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 
-from portal import live
+from core import live
 from portal.consumers import LiveConsumer
 from tests.chaos.services import PrivateRedis
 

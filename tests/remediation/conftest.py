@@ -6,7 +6,11 @@ import itertools
 from datetime import timedelta
 
 import pytest
+from django.test import Client
 from django.utils import timezone
+from rest_framework.test import APIClient
+
+from tests.conftest import PASSWORD
 
 TRAINING_JOB = (
     "#!/bin/bash\n#SBATCH --partition=train\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:8\nsrun train\n"
@@ -16,7 +20,7 @@ _event_ids = itertools.count(1)
 
 @pytest.fixture
 def engine(sim):
-    from clusters.remediation.engine import Engine
+    from remediation.engine import Engine
 
     return Engine("test-worker", backend=sim, fleet=sim)
 
@@ -38,7 +42,7 @@ def big_sim(cluster):
     (10 % of the partition: 2)."""
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     simulator = SimulatedCluster.standard(train=20, infer=0, spare=2, seed=3)
     simulator.fault_rate_per_gpu_day = 0
@@ -74,8 +78,8 @@ def ingest_xid(node_name: str, xid: int, gpu: int = 3, *, ago: timedelta = timed
 
 def drive(engine, sim, synced, *, rounds: int = 20, step=timedelta(seconds=1)):
     """Alternate engine passes with simulated time, as the worker and Slurm would."""
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.transitions import RunStatus
+    from remediation.models import Remediation
+    from remediation.transitions import RunStatus
 
     for _ in range(rounds):
         engine.run_once()
@@ -85,3 +89,65 @@ def drive(engine, sim, synced, *, rounds: int = 20, step=timedelta(seconds=1)):
             status__in=[RunStatus.RUNNING, RunStatus.WAITING]
         ).exists():
             return
+
+
+# The pages and API: clients per role, jobs on nodes.
+@pytest.fixture
+def second_admin(db):
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
+
+    return create_user_with_role("admin2", Role.ADMIN, PASSWORD)[0]
+
+
+@pytest.fixture
+def api():
+    """api(user) -> an API client authenticated as `user`."""
+
+    def client_for(user) -> APIClient:
+        client = APIClient()
+        client.force_authenticate(user)
+        return client
+
+    return client_for
+
+
+@pytest.fixture
+def web():
+    """web(user) -> a browser-like client logged in as `user`."""
+
+    def client_for(user, **kwargs) -> Client:
+        client = Client(**kwargs)
+        client.force_login(user)
+        return client
+
+    return client_for
+
+
+@pytest.fixture
+def jobs(sim, synced):
+    """Three running jobs: alice's on gpu-01+02, bob's and alice's sharing gpu-03."""
+    from clusters.backends.base import JobSubmission
+
+    def submit(name: str, user: str, nodes: int, gpus: int) -> int:
+        script = (
+            f"#SBATCH --job-name={name}\n#SBATCH --partition=train\n"
+            f"#SBATCH --nodes={nodes}\n#SBATCH --gres=gpu:{gpus}\n"
+        )
+        return sim.submit_job(JobSubmission(script=script, user=user))
+
+    ids = {
+        "pretrain": submit("pretrain", "alice", 2, 8),
+        "eval-bob": submit("eval-bob", "bob", 1, 4),
+        "eval-alice": submit("eval-alice", "alice", 1, 2),
+    }
+    synced(timedelta(seconds=1))
+    return ids
+
+
+@pytest.fixture
+def node(synced):
+    """node(name) -> the synced Node row."""
+    from clusters.models import Node
+
+    return lambda name: Node.objects.select_related("pool", "cluster").get(name=name)

@@ -84,8 +84,8 @@ def seed(cluster_file: FileBackedCluster) -> None:
     from clusters.backends.base import JobSubmission
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster, Node
-    from clusters.remediation.services import create_run
-    from clusters.sync import apply_snapshot
+    from remediation.services import create_run
+    from sync.cycle import apply_snapshot
 
     call_command("migrate", verbosity=0)
     sim = SimulatedCluster.standard(train=4, infer=1, spare=2, seed=7)
@@ -116,7 +116,7 @@ def work(cluster_file: FileBackedCluster, argv: list[str]) -> None:
 
 
 def report(cluster_file: FileBackedCluster) -> None:
-    from clusters.remediation.models import Remediation
+    from remediation.models import Remediation
 
     run = Remediation.objects.get()
     sim = cluster_file.load()

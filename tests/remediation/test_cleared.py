@@ -8,11 +8,11 @@ import itertools
 from django.utils import timezone
 
 from clusters.models import Node
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import Action, Mode, Policy, Remediation
-from clusters.remediation.transitions import RunStatus
 from health.ingest import ingest, validate_batch
 from health.models import Incident
+from remediation.engine import Engine
+from remediation.models import Action, Mode, Policy, Remediation
+from remediation.transitions import RunStatus
 
 _ids = itertools.count(1)
 

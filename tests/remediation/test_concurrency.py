@@ -9,10 +9,10 @@ import pytest
 from django.db import connection, transaction
 
 from clusters.models import Node
-from clusters.remediation import actions, services
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import Action, Remediation, StepOutcome, Trigger
-from clusters.remediation.transitions import ACTIVE, RunStatus
+from remediation import actions, services
+from remediation.engine import Engine
+from remediation.models import Action, Remediation, StepOutcome, Trigger
+from remediation.transitions import ACTIVE, RunStatus
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

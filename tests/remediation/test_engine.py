@@ -5,9 +5,9 @@ from django.utils import timezone
 
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Node, Partition
-from clusters.remediation import services
-from clusters.remediation.engine import MAX_CRASHES, Engine
-from clusters.remediation.models import (
+from remediation import services
+from remediation.engine import MAX_CRASHES, Engine
+from remediation.models import (
     Action,
     Mode,
     Remediation,
@@ -16,8 +16,8 @@ from clusters.remediation.models import (
     StepOutcome,
     Trigger,
 )
-from clusters.remediation.plans import plan_for
-from clusters.remediation.transitions import ALLOWED, IllegalTransition, RunStatus
+from remediation.plans import plan_for
+from remediation.transitions import ALLOWED, IllegalTransition, RunStatus
 from tests.remediation.conftest import TRAINING_JOB, drive
 
 ILLEGAL = [
@@ -360,7 +360,7 @@ def test_a_worker_goes_on_with_the_run_it_holds_while_its_next_step_is_due_at_on
 
 
 def test_a_worker_holds_one_run_for_a_bounded_number_of_steps(sim, synced, engine, monkeypatch):
-    monkeypatch.setattr("clusters.remediation.engine.MAX_STEPS_PER_CLAIM", 2)
+    monkeypatch.setattr("remediation.engine.MAX_STEPS_PER_CLAIM", 2)
     first, second = replace_run("gpu-02"), replace_run("gpu-03")
     engine.run_once()
     assert _step_order()[:6] == [

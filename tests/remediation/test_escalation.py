@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.remediation import policies
-from clusters.remediation.models import Action, Remediation
-from clusters.remediation.transitions import RunStatus
+from remediation import policies
+from remediation.models import Action, Remediation
+from remediation.transitions import RunStatus
 from tests.remediation.conftest import ingest_xid
 
 pytestmark = pytest.mark.django_db
@@ -70,7 +70,7 @@ def test_an_equal_or_milder_fault_joins_the_active_run_and_says_so(
 
 
 def test_a_quarantine_is_never_superseded(synced, django_capture_on_commit_callbacks):
-    from clusters.remediation.services import create_run
+    from remediation.services import create_run
 
     node = synced and __import__("clusters.models", fromlist=["Node"]).Node.objects.get(
         name="gpu-02"

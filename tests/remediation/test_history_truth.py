@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from clusters.models import Node
-from clusters.remediation import actions, services
-from clusters.remediation.models import Action, Remediation, Trigger
-from clusters.remediation.transitions import RunStatus
+from remediation import actions, services
+from remediation.models import Action, Remediation, Trigger
+from remediation.transitions import RunStatus
 
 pytestmark = pytest.mark.django_db
 

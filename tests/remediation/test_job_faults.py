@@ -10,12 +10,12 @@ from django.core import mail
 from django.utils import timezone
 
 from clusters.backends.base import JobSubmission
-from clusters.remediation import policies, safety
-from clusters.remediation.models import Remediation
-from clusters.sync import apply_snapshot
 from health.models import FaultGroup, Incident
 from jobs.models import Job
 from jobs.timeline import build_timeline
+from remediation import policies, safety
+from remediation.models import Remediation
+from sync.cycle import apply_snapshot
 from tests.remediation.conftest import ingest_xid
 
 FOUR_NODES = (

@@ -7,11 +7,11 @@ import pytest
 
 from clusters.backends.slurm_spares import SlurmSparesFleet
 from clusters.models import Gpu, GpuHealth, Node, NodeStatus, Partition
-from clusters.remediation import actions
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import Action, Trigger
-from clusters.remediation.services import create_run
-from clusters.remediation.transitions import RunStatus
+from remediation import actions
+from remediation.engine import Engine
+from remediation.models import Action, Trigger
+from remediation.services import create_run
+from remediation.transitions import RunStatus
 from tests.remediation.conftest import drive
 
 pytestmark = pytest.mark.django_db

@@ -8,10 +8,10 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from clusters.models import Node
-from clusters.remediation import policies, safety
-from clusters.remediation.models import Action, BreakerRefusal, BreakerTrip, Remediation, Trigger
-from clusters.remediation.services import create_run
 from health.models import Incident
+from remediation import policies, safety
+from remediation.models import Action, BreakerRefusal, BreakerTrip, Remediation, Trigger
+from remediation.services import create_run
 from tests.remediation.conftest import ingest_xid
 
 

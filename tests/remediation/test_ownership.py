@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from clusters.models import Node, Partition
-from clusters.remediation.models import Action, Trigger
-from clusters.remediation.services import create_run
-from clusters.remediation.transitions import RunStatus
+from remediation.models import Action, Trigger
+from remediation.services import create_run
+from remediation.transitions import RunStatus
 from tests.remediation.conftest import drive
 
 pytestmark = pytest.mark.django_db

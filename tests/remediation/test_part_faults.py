@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from clusters.remediation import policies
-from clusters.remediation.models import Action, BreakerRefusal, Remediation
 from health.models import FaultGroup, FaultGroupKind, Incident
+from remediation import policies
+from remediation.models import Action, BreakerRefusal, Remediation
 from tests.remediation.conftest import ingest_xid
 
 LEAF = [f"gpu-{n:02d}" for n in range(1, 17)]

@@ -5,7 +5,7 @@ import pytest
 from clusters.backends.base import BackendError
 from clusters.backends.slurm_spares import SlurmSparesFleet, reapply_pools
 from clusters.models import Node
-from clusters.remediation.steps.records import record_membership
+from remediation.steps.records import record_membership
 
 
 @pytest.fixture

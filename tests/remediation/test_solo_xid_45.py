@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from clusters.remediation import safety
-from clusters.remediation.models import Remediation
 from health.models import Incident
+from remediation import safety
+from remediation.models import Remediation
 from tests.remediation.conftest import ingest_xid
 
 

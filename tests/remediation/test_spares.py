@@ -17,20 +17,20 @@ from django.utils import timezone
 from clusters.backends.base import BackendError
 from clusters.backends.slurm_spares import SlurmSparesFleet
 from clusters.models import Gpu, GpuHealth, Node, NodeStatus
-from clusters.remediation import safety, spares
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import (
+from demo.simulation import SimulationLoop
+from health.models import Incident, Severity
+from remediation import safety, spares
+from remediation.engine import Engine
+from remediation.models import (
     Action,
     BreakerRefusal,
     Remediation,
     StepOutcome,
     Trigger,
 )
-from clusters.remediation.services import create_run, transition
-from clusters.remediation.steps import fleet as fleet_steps
-from clusters.remediation.transitions import RunStatus
-from clusters.simulation import SimulationLoop
-from health.models import Incident, Severity
+from remediation.services import create_run, transition
+from remediation.steps import hardware as hardware_steps
+from remediation.transitions import RunStatus
 from tests.conftest import PASSWORD
 from tests.remediation.conftest import drive, ingest_xid
 
@@ -43,7 +43,7 @@ def four_spares(cluster):
     """train gpu-01..04, infer gpu-05, spares gpu-06..09, synced."""
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     simulator = SimulatedCluster.standard(train=4, infer=1, spare=4, seed=7)
     simulator.fault_rate_per_gpu_day = 0
@@ -213,7 +213,7 @@ def test_a_replacement_known_unhealthy_goes_to_repair_at_once_and_the_next_spare
 def test_a_replacement_that_never_validates_goes_to_repair_and_the_next_spare_is_tried(
     sim, synced, engine, monkeypatch
 ):
-    monkeypatch.setattr(fleet_steps, "VALIDATE_PATIENCE_S", 0)
+    monkeypatch.setattr(hardware_steps, "VALIDATE_PATIENCE_S", 0)
     sim.inject_xid("gpu-06", 2, 79)  # broken, and nothing reported it to Medbay
     run = step_until(engine, replace(), "validate")
 

@@ -15,12 +15,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from clusters.models import Cluster
-from clusters.remediation import policies
-from clusters.remediation.engine import Engine
-from clusters.remediation.models import BreakerRefusal, BreakerTrip, Remediation
+from core import live
 from health import ingest
 from health.models import Incident
-from portal import live
+from remediation import policies
+from remediation.engine import Engine
+from remediation.models import BreakerRefusal, BreakerTrip, Remediation
 from tests.remediation.conftest import ingest_xid
 from tests.waiting import wait_for
 
@@ -101,7 +101,7 @@ def test_a_pass_decides_only_its_own_clusters_waiting_incidents(
     big_sim, django_capture_on_commit_callbacks
 ):
     from clusters.backends.simulated import SimulatedCluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")

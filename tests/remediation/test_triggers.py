@@ -4,8 +4,9 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Node, Partition
-from clusters.remediation import policies, safety
-from clusters.remediation.models import (
+from health.models import Incident
+from remediation import policies, safety
+from remediation.models import (
     Action,
     BreakerRefusal,
     BreakerTrip,
@@ -15,8 +16,7 @@ from clusters.remediation.models import (
     StepOutcome,
     Trigger,
 )
-from clusters.remediation.transitions import RunStatus
-from health.models import Incident
+from remediation.transitions import RunStatus
 from tests.remediation.conftest import drive, ingest_xid
 
 
@@ -154,7 +154,7 @@ def test_a_closing_breaker_does_not_replay_what_it_suppressed(
         for name in names[:6]:
             ingest_xid(name, 79)
     for run in Remediation.objects.all():
-        from clusters.remediation.services import transition
+        from remediation.services import transition
 
         transition(run, RunStatus.CANCELLED, message="storm over")
     settings.MEDBAY_BREAKER_WINDOW_S = 0
@@ -169,7 +169,7 @@ def test_a_closing_breaker_does_not_replay_what_it_suppressed(
 
 
 def test_admin_runs_are_never_blocked_by_the_breaker(big_sim):
-    from clusters.remediation.services import create_run
+    from remediation.services import create_run
 
     names = sorted(info.name for info in big_sim.nodes() if "train" in info.partitions)
     for name in names[:6]:
@@ -203,7 +203,7 @@ def test_runs_refused_or_still_awaiting_approval_do_not_count_towards_the_breake
     big_sim, django_capture_on_commit_callbacks
 ):
     """They took no node out: four rejected reboots must not stop an automatic replace."""
-    from clusters.remediation.services import create_run, transition
+    from remediation.services import create_run, transition
 
     names = sorted(info.name for info in big_sim.nodes() if "train" in info.partitions)
     for name in names[:3]:
@@ -227,8 +227,8 @@ def test_runs_in_another_cluster_count_towards_that_clusters_breaker_only(
 ):
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from clusters.remediation.services import create_run
-    from clusters.sync import apply_snapshot
+    from remediation.services import create_run
+    from sync.cycle import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")

@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Gpu, GpuHealth, Node
-from clusters.remediation.steps import fleet
 from health.ingest import ingest, validate_batch
 from health.models import NodeToken
+from remediation.steps import hardware
 
 _ids = count(1)
 
@@ -43,34 +43,34 @@ def report(node, check, status, *, ago=timedelta(0)):
 
 def test_fresh_passing_checks_validate_the_node(spare):
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = fleet.reported_health("gpu-06")
+    ok, message = hardware.reported_health("gpu-06")
     assert ok, message
     assert "its agent reports it healthy" in message
 
 
 def test_without_any_check_report_validation_waits_for_the_agent(spare):
-    ok, message = fleet.reported_health("gpu-06")
+    ok, message = hardware.reported_health("gpu-06")
     assert not ok
     assert "waiting for the agent on gpu-06 to report its health checks (none yet" in message
 
 
 def test_a_report_older_than_three_minutes_is_not_enough(spare):
     report(spare, "nvidia_smi_responds", "pass", ago=timedelta(minutes=4))
-    ok, message = fleet.reported_health("gpu-06")
+    ok, message = hardware.reported_health("gpu-06")
     assert not ok and "waiting for the agent on gpu-06" in message
 
 
 def test_a_gpu_reported_unhealthy_fails_validation(spare):
     report(spare, "nvidia_smi_responds", "pass")
     Gpu.objects.filter(node=spare, index=5).update(health=GpuHealth.DEGRADED)
-    ok, message = fleet.reported_health("gpu-06")
+    ok, message = hardware.reported_health("gpu-06")
     assert (ok, message) == (False, "the agent on gpu-06 reports GPU 5 degraded")
 
 
 def test_a_check_that_failed_minutes_ago_still_fails_validation(spare):
     report(spare, "disk_free", "fail", ago=timedelta(minutes=5))
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = fleet.reported_health("gpu-06")
+    ok, message = hardware.reported_health("gpu-06")
     assert not ok
     assert message.startswith("gpu-06 reported disk_free at ")
 
@@ -79,16 +79,16 @@ def test_on_slurm_a_node_with_an_agent_is_judged_on_its_reports_not_a_local_run(
     def local_run(*args, **kwargs):
         raise AssertionError("ran the checks on the engine host")
 
-    monkeypatch.setattr(fleet, "agent_check", local_run)
+    monkeypatch.setattr(hardware, "agent_check", local_run)
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = fleet.default_validator(SlurmLike(), "gpu-06")
+    ok, message = hardware.default_validator(SlurmLike(), "gpu-06")
     assert ok, message
 
 
 def test_on_slurm_a_node_without_an_agent_runs_the_checks_here(synced, monkeypatch):
     calls = []
     monkeypatch.setattr(
-        fleet, "agent_check", lambda node, slurm_conf="": calls.append(node) or (True, "ok")
+        hardware, "agent_check", lambda node, slurm_conf="": calls.append(node) or (True, "ok")
     )
-    assert fleet.default_validator(SlurmLike(), "gpu-05") == (True, "ok")
+    assert hardware.default_validator(SlurmLike(), "gpu-05") == (True, "ok")
     assert calls == ["gpu-05"]

@@ -132,7 +132,7 @@ def test_the_printable_page_has_every_report(manager_client):
 def test_csv_rows_equal_the_json_and_html_table(name, manager_client, history):
     node = history.node("gpu-01", [(0, "idle"), (6, "down"), (9, "idle")])
     history.job(1, 8, [(1, "RUNNING"), (2, "PENDING"), (3, "RUNNING", 1), (7, "COMPLETED")])
-    from clusters.remediation.models import Remediation
+    from remediation.models import Remediation
 
     Remediation.objects.create(node=node, action="reboot", trigger="admin", reason="x")
     body = manager_client.get(f"/api/v1/reports/{name}/", RANGE).json()
@@ -154,9 +154,9 @@ def test_csv_rows_equal_the_json_and_html_table(name, manager_client, history):
 
 def build(history, first: int, size: int) -> None:
     """`size` nodes and jobs, each with faults, progress and a remediation run."""
-    from clusters.remediation.models import Remediation
     from health.models import HealthEvent, Incident
     from jobs.models import JobProgress
+    from remediation.models import Remediation
 
     for index in range(first, first + size):
         node = history.node(f"gpu-{index:02d}", [(0, "idle"), (index % 5 + 1, "down"), (9, "idle")])

@@ -18,9 +18,9 @@ def stories(history):
     its last checkpoint before the fault was at 01:30.
     Job 101 (4 GPUs, nlp): requeued by hand at 02:00, never reported progress.
     Job 102 (2 GPUs, llm): ran 01:00-03:00 without a restart."""
-    from clusters.remediation.models import Remediation, RemediationJob, RemediationStep
     from health.models import Incident, Severity
     from jobs.models import JobProgress
+    from remediation.models import Remediation, RemediationJob, RemediationStep
 
     node = history.node("gpu-01", [(0, "idle")])
     hundred = history.job(
@@ -130,8 +130,8 @@ def test_the_report_reads_a_fixed_number_of_queries_however_many_jobs(history, s
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from portal.reports.ettr import ettr
-    from portal.reports.params import ReportForm
+    from reports.ettr import ettr
+    from reports.params import ReportForm
 
     form = ReportForm(RANGE)
     assert form.is_valid()

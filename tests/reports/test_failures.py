@@ -19,9 +19,9 @@ def day(history, admin_user):
     by 06:00 after an admin approved the run. gpu-02: XID 79 at 10:00, no repair.
     """
     from clusters.models import Gpu
-    from clusters.remediation.models import Remediation, RemediationStatusChange
-    from clusters.remediation.transitions import RunStatus
     from health.models import Incident, Severity
+    from remediation.models import Remediation, RemediationStatusChange
+    from remediation.transitions import RunStatus
 
     nodes = {}
     for name, model in (("gpu-01", "H100"), ("gpu-02", "A100")):
@@ -90,7 +90,7 @@ def test_the_summary_gives_the_share_recovered_without_a_human(manager_client, d
 
 
 def test_a_person_in_a_runs_history_makes_it_a_human_recovery(manager_client, day, admin_user):
-    from clusters.remediation.models import Remediation, RemediationStatusChange
+    from remediation.models import Remediation, RemediationStatusChange
 
     automatic = Remediation.objects.get(incident__xids=[79], approved_by=None)
     RemediationStatusChange.objects.create(

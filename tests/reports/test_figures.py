@@ -113,7 +113,7 @@ def test_the_top_jobs_are_those_that_held_the_most_gpu_hours_whatever_else_chang
 ):
     from jobs.models import Job
 
-    monkeypatch.setattr("portal.reports.goodput.TOP_JOBS", 2)
+    monkeypatch.setattr("reports.goodput.TOP_JOBS", 2)
     history.node("gpu-01", [(0, "idle")])
     # Ran 2 h on 64 GPUs, but its row was touched 20 h later (a reason edited): what
     # it may have held looks largest, what it held is not.
@@ -129,7 +129,7 @@ def test_the_top_jobs_are_those_that_held_the_most_gpu_hours_whatever_else_chang
     body = fetch(manager_client, "goodput")
     jobs = [(row["job"], row["allocated_gpu_h"]) for row in body["tables"]["by_job"]["rows"]]
     assert jobs == [(3, 176.0), (2, 160.0)]
-    monkeypatch.setattr("portal.reports.goodput.TOP_JOBS", 4)
+    monkeypatch.setattr("reports.goodput.TOP_JOBS", 4)
     body = fetch(manager_client, "goodput")
     jobs = [(row["job"], row["allocated_gpu_h"]) for row in body["tables"]["by_job"]["rows"]]
     assert jobs == [(3, 176.0), (2, 160.0), (1, 128.0), (4, 92.0)]
@@ -146,7 +146,7 @@ def test_lost_work_is_unknown_for_jobs_that_never_report_progress(history, manag
 
 
 def test_mttr_is_the_mean_of_successful_runs_per_action(history, manager_client):
-    from clusters.remediation.models import Remediation
+    from remediation.models import Remediation
 
     node = history.node("gpu-01", [(0, "idle")])
     for minutes, status in ((4, "succeeded"), (8, "succeeded"), (60, "failed")):

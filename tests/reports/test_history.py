@@ -15,7 +15,7 @@ END = datetime(2026, 3, 1, tzinfo=UTC)
 def cluster_with_nodes(name: str):
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from clusters.sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     cluster = Cluster.objects.create(name=name)
     sim = SimulatedCluster.standard(train=6, infer=1, spare=1, seed=1, prefix=name)
@@ -36,7 +36,7 @@ def timeline(cluster) -> list[tuple]:
 
 
 def test_history_is_deterministic_under_the_seed_and_ends_where_live_history_begins():
-    from clusters.history import generate_history
+    from demo.past import generate_history
 
     first, second = cluster_with_nodes("a"), cluster_with_nodes("b")
     stats = generate_history(first, 20, seed=9, fault_rate_per_gpu_day=0.01)
@@ -49,9 +49,9 @@ def test_history_is_deterministic_under_the_seed_and_ends_where_live_history_beg
 
 
 def test_generated_faults_interrupt_jobs_and_leave_checkpoints_for_goodput():
-    from clusters.history import generate_history
-    from clusters.remediation.models import Remediation
+    from demo.past import generate_history
     from jobs.models import Job, JobProgress
+    from remediation.models import Remediation
 
     cluster = cluster_with_nodes("c")
     generate_history(cluster, 30, seed=4, fault_rate_per_gpu_day=0.02)
@@ -85,9 +85,9 @@ def test_demo_with_history_days_fills_the_reports_once():
 
 def test_generated_runs_leave_the_rows_the_engine_leaves():
     """Status changes and one row per planned step, as a run that went straight through."""
-    from clusters.history import generate_history
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.plans import plan_for
+    from demo.past import generate_history
+    from remediation.models import Remediation
+    from remediation.plans import plan_for
 
     cluster = cluster_with_nodes("d")
     generate_history(cluster, 30, seed=4, fault_rate_per_gpu_day=0.02)

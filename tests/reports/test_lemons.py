@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from portal.reports.lemons import lemon_test
-from portal.reports.stats import binomial_sf, poisson_sf
+from reports.lemons import lemon_test
+from reports.stats import binomial_sf, poisson_sf
 from tests.reports.conftest import RANGE, at
 
 pytestmark = pytest.mark.django_db
@@ -119,9 +119,9 @@ def test_the_report_page_explains_the_test_and_its_false_positive_rate(manager_c
 
 def test_the_command_queues_a_quarantine_of_each_lemon_for_approval_once(db, capsys):
     from clusters.models import Cluster, Node, NodeStateChange
-    from clusters.remediation.models import Remediation
-    from clusters.remediation.transitions import RunStatus
     from health.models import Incident, Severity
+    from remediation.models import Remediation
+    from remediation.transitions import RunStatus
 
     cluster = Cluster.objects.create(name="lemons")
     now = timezone.now()

@@ -33,7 +33,7 @@ def partition_of(model, pk) -> str:
 
 
 def test_each_history_table_is_partitioned_by_month_with_the_next_months_ready():
-    from portal.reports.partitions import HISTORY_TABLES, is_partitioned, months
+    from reports.partitions import HISTORY_TABLES, is_partitioned, months
 
     today = datetime.now(UTC)
     for history in HISTORY_TABLES:
@@ -61,7 +61,7 @@ def test_rows_land_in_their_month_and_ids_stay_unique_and_increasing(history):
 
 def test_history_written_into_the_past_gets_its_months(history):
     from clusters.models import NodeStateChange
-    from portal.reports.partitions import ensure_all
+    from reports.partitions import ensure_all
 
     node = history.node("n1", [(JANUARY + 1, "idle"), (FEBRUARY + 1, "down")])
     created = ensure_all()
@@ -80,7 +80,7 @@ def test_history_written_into_the_past_gets_its_months(history):
 
 def test_the_migration_can_be_undone_and_done_again_keeping_every_row(history):
     from clusters.models import NodeStateChange
-    from portal.reports.partitions import (
+    from reports.partitions import (
         HISTORY_TABLES,
         is_partitioned,
         partition_table,
@@ -108,8 +108,8 @@ def quarter(history):
     in January and still runs; one event in January without an incident, one in March
     whose incident saw its last event then."""
     from health.models import HealthEvent, Incident
-    from portal.reports.partitions import ensure_all
-    from portal.reports.rollups import roll_up
+    from reports.partitions import ensure_all
+    from reports.rollups import roll_up
 
     n1 = history.node("n1", [(1, "idle"), (FEBRUARY + 8, "allocated"), (MARCH + 12, "idle")])
     n2 = history.node("n2", [(2, "idle"), (MARCH + 2, "allocated")])
@@ -137,8 +137,8 @@ def test_retention_drops_whole_months_and_deletes_the_rest_row_by_row(quarter):
     from clusters.models import NodeStateChange
     from health.models import HealthEvent
     from jobs.models import JobStateChange
-    from portal.reports.partitions import HISTORY_TABLES, months
-    from portal.reports.retention import prune
+    from reports.partitions import HISTORY_TABLES, months
+    from reports.retention import prune
 
     expected = {"node_state_changes": 3, "job_state_changes": 2, "health_events": 2}
     dry = prune(at(APRIL), dry_run=True)
@@ -172,7 +172,7 @@ def test_another_clusters_node_keeps_its_last_change_through_dropped_months(quar
     """o1 (another cluster) changed only on January 1: January and February go whole, its
     one change carried to February 1, then March 1; March ends at the cutoff and stays."""
     from clusters.models import Cluster, Node, NodeStateChange
-    from portal.reports.retention import prune
+    from reports.retention import prune
 
     other = Cluster.objects.create(name="other")
     node = Node.objects.create(cluster=other, name="o1", gpu_count=8)
@@ -192,8 +192,8 @@ def test_a_nodes_last_change_is_carried_out_of_a_month_retention_drops(quarter):
     """Rolled up to May and pruned before mid-April: March ends before the cutoff, so its
     node changes go whole, each node's last change moved to April 1 with its status."""
     from clusters.models import NodeStateChange
-    from portal.reports.retention import prune
-    from portal.reports.rollups import roll_up
+    from reports.retention import prune
+    from reports.rollups import roll_up
 
     roll_up(quarter, since=date(2026, 4, 1), until=date(2026, 5, 1))
     last = dict(NodeStateChange.objects.values_list("node__name", "id").order_by("at"))

@@ -26,8 +26,8 @@ QUERIES = [
 
 
 def figures(names=REPORTS) -> dict:
-    from portal.reports.catalog import compute
-    from portal.reports.params import ReportForm
+    from reports.catalog import compute
+    from reports.params import ReportForm
 
     found = {}
     for params in QUERIES:
@@ -86,7 +86,7 @@ def week(history):
 def test_the_reports_give_the_same_figures_from_rollups_as_from_raw_rows(week):
     from clusters.models import NodeStateDay
     from jobs.models import JobDay
-    from portal.reports.rollups import roll_up
+    from reports.rollups import roll_up
 
     raw = figures()
     assert roll_up(week, until=date(2026, 1, 4)) > 0  # three days rolled up, the rest raw
@@ -109,7 +109,7 @@ def rollup_rows() -> list:
 
 
 def test_rolling_a_day_up_twice_writes_the_same_rows(week):
-    from portal.reports.rollups import roll_up
+    from reports.rollups import roll_up
 
     roll_up(week, until=date(2026, 1, 8))
     first = rollup_rows()
@@ -121,7 +121,7 @@ def test_rolling_a_day_up_twice_writes_the_same_rows(week):
 
 def test_the_rollups_hold_seconds_per_status_and_each_nodes_running_totals(week):
     from clusters.models import NodeDayTotal, NodeStateDay
-    from portal.reports.rollups import roll_up
+    from reports.rollups import roll_up
 
     roll_up(week, until=date(2026, 1, 8))
     # SQLite's julianday() arithmetic is exact to ~0.1 ms.
@@ -138,9 +138,9 @@ def test_the_rollups_hold_seconds_per_status_and_each_nodes_running_totals(week)
 
 def test_a_node_moved_after_its_days_were_rolled_up_keeps_its_past_in_its_old_pool(week):
     from clusters.models import Node
-    from portal.reports.catalog import compute
-    from portal.reports.params import ReportQuery
-    from portal.reports.rollups import roll_up
+    from reports.catalog import compute
+    from reports.params import ReportQuery
+    from reports.rollups import roll_up
 
     query = ReportQuery(date(2026, 1, 1), date(2026, 1, 7), "day", "")
     availability = compute("availability", query).summary
@@ -155,9 +155,9 @@ def test_a_node_moved_after_its_days_were_rolled_up_keeps_its_past_in_its_old_po
 
 
 def test_history_written_into_the_past_forgets_the_rollups(week):
-    from clusters.history import _forget_rollups
     from clusters.models import NodeStateDay
-    from portal.reports.rollups import roll_up
+    from demo.past import _forget_rollups
+    from reports.rollups import roll_up
 
     roll_up(week, until=date(2026, 1, 8))
     _forget_rollups(week)
@@ -170,8 +170,8 @@ def test_pruning_deletes_exactly_the_old_rows_and_the_reports_keep_their_figures
     from clusters.models import NodeStateChange
     from health.models import HealthEvent, Incident
     from jobs.models import JobStateChange
-    from portal.reports.retention import prune
-    from portal.reports.rollups import roll_up
+    from reports.retention import prune
+    from reports.rollups import roll_up
 
     before = figures(KEPT_BY_PRUNING)
     cutoff = at(72)  # 2026-01-04 00:00
@@ -198,8 +198,8 @@ def test_pruning_deletes_exactly_the_old_rows_and_the_reports_keep_their_figures
 
 def test_pruning_keeps_what_the_rollups_do_not_hold_yet(week):
     from clusters.models import NodeStateChange
-    from portal.reports.retention import prune
-    from portal.reports.rollups import roll_up
+    from reports.retention import prune
+    from reports.rollups import roll_up
 
     count = NodeStateChange.objects.count()
     assert prune(at(72)).skipped == ["hist"]  # never rolled up: nothing goes
@@ -213,7 +213,7 @@ def test_prune_history_counts_in_a_dry_run_and_keeps_everything_by_default(week,
     from io import StringIO
 
     from clusters.models import NodeStateChange
-    from portal.reports.rollups import roll_up
+    from reports.rollups import roll_up
 
     count = NodeStateChange.objects.count()
     out = StringIO()
@@ -233,8 +233,8 @@ def test_prune_history_counts_in_a_dry_run_and_keeps_everything_by_default(week,
 
 
 def test_a_week_later_the_rollups_still_end_where_they_were_rolled(week):
-    from portal.reports.params import ReportQuery
-    from portal.reports.rollups import roll_up, rollup_edge
+    from reports.params import ReportQuery
+    from reports.rollups import roll_up, rollup_edge
 
     roll_up(week, until=date(2026, 1, 4))
     span = ReportQuery(date(2026, 1, 1), date(2026, 1, 7), "day", "").span()

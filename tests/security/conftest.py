@@ -41,15 +41,15 @@ def world(researcher, other_researcher, manager, admin_user, synced, cluster) ->
     from django.utils import timezone
 
     from clusters.models import Node
-    from clusters.remediation.models import (
+    from health.models import HealthEvent, Incident
+    from jobs.models import Job, JobTemplate
+    from remediation.models import (
         BreakerTrip,
         Policy,
         Remediation,
         RemediationStep,
     )
-    from clusters.remediation.plans import plan_for
-    from health.models import HealthEvent, Incident
-    from jobs.models import Job, JobTemplate
+    from remediation.plans import plan_for
 
     now = timezone.now()
     node = Node.objects.order_by("name").first()

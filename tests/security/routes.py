@@ -157,7 +157,7 @@ def _fault_group(world):
 
 
 def _api_token(world):
-    from portal.accounts import issue_api_token
+    from identity.accounts import issue_api_token
 
     return issue_api_token(world.users["researcher"], "matrix")[0]
 

@@ -88,7 +88,7 @@ def wsgi_app():
 
 @pytest.fixture
 def admin_token(world):
-    from portal.accounts import issue_api_token
+    from identity.accounts import issue_api_token
 
     return issue_api_token(world.users["admin"], "fuzz")[1]
 
@@ -181,7 +181,7 @@ CALLERS = ("anonymous", "revoked token", "researcher", "other_researcher", "mana
 def test_every_caller_is_refused_or_answered_only_as_the_schema_documents(
     path, method, world, imported_job, wsgi_app
 ):
-    from portal.accounts import issue_api_token, revoke_api_token
+    from identity.accounts import issue_api_token, revoke_api_token
 
     _needs_schemathesis()
     api = schemathesis.openapi.from_dict(SCHEMA)

@@ -63,7 +63,7 @@ def test_a_job_without_auto_resume_is_accepted_as_the_schema_says(world, admin, 
 
 
 def test_the_action_enum_offers_only_what_an_admin_may_request(admin, world):
-    from clusters.remediation.actions import ADMIN_ACTIONS
+    from remediation.actions import ADMIN_ACTIONS
 
     offered = _component(_request_schema("/api/v1/remediations/")["properties"]["action"])["enum"]
     body = {"node": world.node.name, "action": "notify", "reason": "asking for a rung"}

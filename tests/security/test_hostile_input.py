@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from health.models import HealthEvent, NodeToken
-from portal.accounts import issue_api_token
+from identity.accounts import issue_api_token
 from tests.security.conftest import client_for
 
 pytestmark = pytest.mark.django_db

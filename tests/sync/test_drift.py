@@ -9,7 +9,7 @@ from django.test import Client
 
 from clusters.drift import REAPPLY_MODULE
 from clusters.models import Cluster, Node, NodeStatus
-from clusters.sync import sync_once
+from sync.cycle import sync_once
 from tests.conftest import PASSWORD
 
 from .fakes import SimWithSlurmConf

@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from clusters.backends.base import JobInfo
-from clusters.sync import apply_snapshot
 from jobs.models import Job, JobStateChange
+from sync.cycle import apply_snapshot
 
 START = datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=UTC)
 # Every column filled, and the characters most likely to upset a text digest.

@@ -7,7 +7,7 @@ from django.core.management import call_command
 
 from clusters.backends import registry
 from clusters.models import Cluster, Node
-from clusters.sync import SyncLoop, ensure_cluster
+from sync.loop import SyncLoop, ensure_cluster
 
 from .fakes import sample_backend
 
@@ -63,9 +63,9 @@ def test_serve_runs_the_sync_loop_beside_the_server_on_slurm(backend, settings, 
     started, served = [], []
     monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
     monkeypatch.setattr(
-        "clusters.management.commands.serve.serve", lambda host, port: served.append((host, port))
+        "portal.management.commands.serve.serve", lambda host, port: served.append((host, port))
     )
-    monkeypatch.setattr("clusters.management.commands.serve.start_engine", lambda worker: None)
+    monkeypatch.setattr("portal.management.commands.serve.start_engine", lambda worker: None)
     try:
         out = StringIO()
         call_command("serve", "--addr", "127.0.0.1:8123", stdout=out)
@@ -81,16 +81,16 @@ def test_serve_on_the_simulator_does_not_sync(db, settings, monkeypatch):
     settings.MEDBAY_BACKEND = "simulated"
     started = []
     monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
-    monkeypatch.setattr("clusters.management.commands.serve.serve", lambda host, port: None)
-    monkeypatch.setattr("clusters.management.commands.serve.start_engine", lambda worker: None)
+    monkeypatch.setattr("portal.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("portal.management.commands.serve.start_engine", lambda worker: None)
     call_command("serve", stdout=StringIO())
     assert started == []
 
 
 def test_serve_runs_a_remediation_engine_beside_the_server_unless_told_not_to(db, monkeypatch):
     engines = []
-    monkeypatch.setattr("clusters.management.commands.serve.serve", lambda host, port: None)
-    monkeypatch.setattr("clusters.management.commands.serve.start_engine", engines.append)
+    monkeypatch.setattr("portal.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("portal.management.commands.serve.start_engine", engines.append)
     out = StringIO()
     call_command("serve", "--no-sync", "--addr", "127.0.0.1:8124", stdout=out)
     call_command("serve", "--no-sync", "--no-engine", stdout=StringIO())

@@ -7,8 +7,8 @@ from django.test import Client
 
 from clusters.backends.slurm_spares import SlurmSparesFleet
 from clusters.models import Cluster, Node
-from clusters.remediation.steps.records import record_membership
-from clusters.sync import sync_once
+from remediation.steps.records import record_membership
+from sync.cycle import sync_once
 
 from .fakes import SimWithSlurmConf
 

@@ -12,8 +12,8 @@ from clusters.backends.slurm_parsers import (
     parse_scontrol_nodes,
     parse_scontrol_partitions,
 )
-from clusters.sync import apply_snapshot
 from jobs.models import Job, JobStateChange
+from sync.cycle import apply_snapshot
 
 from .fakes import SAMPLES_22_05, SAMPLES_24_11
 

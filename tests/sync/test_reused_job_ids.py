@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from clusters.backends.base import JobInfo
-from clusters.sync import apply_snapshot
 from jobs.models import Job
+from sync.cycle import apply_snapshot
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from clusters.backends import registry
 from clusters.backends.base import BackendError
-from clusters.sync import ensure_cluster
 from jobs.accounting import import_accounting, resume_point
+from sync.loop import ensure_cluster
 
 
 def parse_since(text: str) -> datetime:

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class RemediationConfig(AppConfig):
+    """The engine's package; its models keep the clusters app's label (remediation/models.py)."""
+
+    name = "remediation"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        # Registered here rather than when the engine is imported: ingestion runs
+        # in the web process, which never imports the engine, and that is where
+        # new incidents must turn into remediation runs.
+        from remediation import clearing, policies
+
+        policies.register()
+        clearing.register()

@@ -1,0 +1,302 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from remediation.transitions import ACTIVE, RunStatus
+
+# The remediation tables were created by the clusters app (clusters/migrations) and keep
+# its label, so moving the engine to its own package renamed no table.
+APP_LABEL = "clusters"
+
+
+class Action(models.TextChoices):
+    NOTIFY = "notify"
+    RESTART_APP = "restart_app", "Restart jobs"
+    CORDON = "cordon"
+    UNCORDON = "uncordon"
+    DRAIN = "drain"
+    RESET_GPU = "reset_gpu", "Reset GPU"
+    REBOOT = "reboot"
+    REPLACE = "replace"
+    TO_INFERENCE = "to_inference", "Move to inference"
+    TO_TRAINING = "to_training", "Move to training"
+    RETURN_TO_SERVICE = "return_to_service", "Return to service"
+
+
+class Trigger(models.TextChoices):
+    HEALTH_EVENT = "health_event"
+    ADMIN = "admin"
+    POLICY = "policy"
+
+
+class Mode(models.TextChoices):
+    AUTOMATIC = "automatic"
+    APPROVAL = "approval"
+    DRY_RUN = "dry_run"
+
+
+class StepOutcome(models.TextChoices):
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    WAITING = "waiting"
+    DRY_RUN = "dry_run"
+
+
+class Policy(models.Model):
+    """What the engine does about one XID code or health check, and whether it asks first."""
+
+    xid = models.PositiveIntegerField(null=True, blank=True, unique=True)
+    check_name = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=20, choices=Action.choices)
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.APPROVAL)
+    enabled = models.BooleanField(default=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["xid", "check_name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(xid__isnull=False) | ~Q(check_name=""), name="policy_has_a_trigger"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} → {self.action} ({self.mode})"
+
+    @property
+    def subject(self) -> str:
+        return f"XID {self.xid}" if self.xid is not None else f"check {self.check_name}"
+
+    def audited_values(self) -> dict:
+        values = (self.subject, self.action, self.mode, self.enabled)
+        return dict(zip(AUDITED_POLICY_FIELDS, values, strict=True))
+
+
+AUDITED_POLICY_FIELDS = ("trigger", "action", "mode", "enabled")
+
+
+class PolicyChange(models.Model):
+    """Append-only audit of a policy: what it said before and after, who changed it."""
+
+    policy = models.ForeignKey(Policy, null=True, on_delete=models.SET_NULL, related_name="changes")
+    subject = models.CharField(max_length=80)  # "XID 79" or "check gpu_count", kept verbatim
+    before = models.JSONField(default=dict, blank=True)  # {} when the policy was created
+    after = models.JSONField(default=dict)
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.subject} changed at {self.changed_at:%Y-%m-%d %H:%M}"
+
+    def changed_fields(self) -> list[tuple[str, object, object]]:
+        """(field, before, after) for each audited value that differs; before is
+        None for every field of a newly created policy."""
+        # In a fixed order: PostgreSQL's jsonb does not keep the keys' order.
+        return [
+            (name, self.before.get(name), self.after.get(name))
+            for name in AUDITED_POLICY_FIELDS
+            if self.before.get(name) != self.after.get(name)
+        ]
+
+
+class Remediation(models.Model):
+    """One durable run of an action on a node, advanced step by step by the engine."""
+
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="remediations")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.PROPOSED)
+    reason = models.CharField(max_length=255)
+    dry_run = models.BooleanField(default=False)
+    planned_steps = models.JSONField(default=list)
+    current_step = models.PositiveSmallIntegerField(default=0)
+    context = models.JSONField(default=dict, blank=True)
+    incident = models.ForeignKey(
+        "health.Incident", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    policy = models.ForeignKey(Policy, null=True, blank=True, on_delete=models.SET_NULL)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="requested_remediations",
+    )
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="approved_remediations",
+    )
+    decision_comment = models.CharField(max_length=500, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+    due_at = models.DateTimeField(default=timezone.now, db_index=True)
+    claimed_by = models.CharField(max_length=64, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    message = models.CharField(max_length=500, blank=True)
+    # A more drastic fault on the node cancelled this run and started that one.
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="supersedes"
+    )
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # At most one active run per node, enforced by the database itself.
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(status__in=sorted(str(s) for s in ACTIVE)),
+                name="one_active_remediation_per_node",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk}: {self.action} {self.node_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def step_name(self) -> str:
+        if self.current_step < len(self.planned_steps):
+            return self.planned_steps[self.current_step]
+        return ""
+
+
+class RemediationStep(models.Model):
+    """Append-only log of what each step did: started, finished, outcome, message."""
+
+    remediation = models.ForeignKey(Remediation, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=32)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    outcome = models.CharField(max_length=16, choices=StepOutcome.choices)
+    message = models.CharField(max_length=500, blank=True)
+    worker = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["remediation_id", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.remediation_id}#{self.index} {self.name}: {self.outcome}"
+
+
+class JobEffect(models.TextChoices):
+    """What a run did to a job, in the order a recovery does them."""
+
+    SIGNALLED = "signalled", "signalled to checkpoint"
+    REQUEUED = "requeued"
+    CANCELLED = "cancelled"
+    RELEASED = "released", "released to start again"
+
+
+class RemediationJob(models.Model):
+    """Append-only: a run acted on a job. What explains a job's restart reads these.
+
+    The job is named by its Slurm id (and the run's node's cluster), not by a
+    foreign key: the engine acts on jobs that the sync may not have stored yet,
+    and a run's record must not depend on the jobs app.
+    """
+
+    remediation = models.ForeignKey(
+        Remediation, on_delete=models.CASCADE, related_name="job_effects"
+    )
+    slurm_job_id = models.BigIntegerField(db_index=True)
+    effect = models.CharField(max_length=16, choices=JobEffect.choices)
+    # The nodes the job held when the run acted on it.
+    nodes = models.JSONField(default=list, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["at", "id"]
+        constraints = [
+            # A step re-run after a crash records what it already did only once.
+            models.UniqueConstraint(
+                fields=["remediation", "slurm_job_id", "effect"], name="one_effect_per_run_job"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.remediation_id} {self.effect} job {self.slurm_job_id}"
+
+
+class RemediationStatusChange(models.Model):
+    """Append-only history of a run's status: from, to, why, who, when."""
+
+    remediation = models.ForeignKey(
+        Remediation, on_delete=models.CASCADE, related_name="status_changes"
+    )
+    from_status = models.CharField(max_length=20, choices=RunStatus.choices, blank=True)
+    to_status = models.CharField(max_length=20, choices=RunStatus.choices)
+    message = models.CharField(max_length=500, blank=True)
+    actor = models.CharField(max_length=128, default="engine")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["remediation_id", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.remediation_id}: {self.from_status} -> {self.to_status}"
+
+
+class BreakerTrip(models.Model):
+    """A circuit-breaker opening: automatic remediation paused until it closes."""
+
+    partition = models.CharField(max_length=64, blank=True)
+    opened_at = models.DateTimeField(default=timezone.now)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=255)
+    suppressed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["-opened_at"]
+
+    def __str__(self) -> str:
+        return f"breaker {self.partition or 'cluster'} {self.opened_at:%Y-%m-%d %H:%M}"
+
+
+class BreakerRefusal(models.Model):
+    """One automatic trigger an open breaker dropped: the incident, its node, and why."""
+
+    trip = models.ForeignKey(BreakerTrip, on_delete=models.CASCADE, related_name="refusals")
+    incident = models.ForeignKey(
+        "health.Incident", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="+")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    reason = models.CharField(max_length=255)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"refused {self.action} on {self.node_id}: {self.reason}"

@@ -1,0 +1,268 @@
+"""Pages: runs and their live timelines, approvals, policies, replay, node actions.
+
+Each view parses, authorizes and calls one function of `actions`; every form is
+a plain POST so the pages work without JavaScript, and htmx only enhances.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from django.contrib import messages
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from clusters import drift
+from clusters.models import Cluster, Node
+from core.roles import ANY_ROLE, Role, role_required
+from health.models import Incident
+from portal.regions import pushable, shared_region
+from remediation import actions, policies, services
+from remediation.forms import (
+    ActionRequestForm,
+    DecisionForm,
+    PolicyForm,
+    ReplayForm,
+    RunFilterForm,
+)
+from remediation.models import Action, Policy, Remediation, Trigger
+from remediation.services import RUNS_REGION
+from remediation.transitions import RunStatus
+
+RUN_LIST_LIMIT = 200
+UNDECIDABLE_SHOWN = 50
+POLICY_HISTORY_SHOWN = 50
+DECISIONS = {
+    "approve": actions.approve,
+    "reject": actions.reject,
+    "cancel": actions.cancel,
+    "retry": actions.retry,
+    "release": actions.cancel_and_release,
+}
+PAST = {
+    "approve": "approved",
+    "reject": "rejected",
+    "cancel": "cancelled",
+    "retry": "retried",
+    "release": "cancelled; the node is being released by a new run",
+}
+RUN_RELATED = ("node", "requested_by", "approved_by", "policy")
+
+
+@pushable("run-rows")
+@role_required(*ANY_ROLE)
+def run_list(request):
+    form = RunFilterForm(request.GET)
+    runs = form.apply(Remediation.objects.select_related(*RUN_RELATED))
+    context = {
+        "runs": runs[:RUN_LIST_LIMIT],
+        "form": form,
+        "actions": Action.choices,
+        "triggers": Trigger.choices,
+        "limit": RUN_LIST_LIMIT,
+    }
+    if request.htmx and request.htmx.target == "run-rows":
+        rows = lambda: render(request, "remediation/partials/run_rows.html", context)  # noqa: E731
+        return shared_region(request, RUNS_REGION, rows)
+    return render(request, "remediation/run_list.html", context)
+
+
+@role_required(*ANY_ROLE)
+def run_detail(request, pk: int):
+    return _render_run(request, _get_run(pk))
+
+
+def _get_run(pk: int) -> Remediation:
+    return get_object_or_404(Remediation.objects.select_related(*RUN_RELATED, "incident"), pk=pk)
+
+
+def _render_run(request, run: Remediation, *, form=None, error: str = "", status: int = 200):
+    context = {
+        "run": run,
+        "steps": run.steps.all(),
+        "changes": run.status_changes.all(),
+        "form": form or DecisionForm(),
+        "error": error,
+        "impact": _impact_if_awaiting(run),
+    }
+    return render(request, "remediation/run_detail.html", context, status=status)
+
+
+def _impact_if_awaiting(run: Remediation):
+    if run.status == RunStatus.NEEDS_ATTENTION:
+        # A retry runs the plan on from the step that stopped.
+        return actions.impact_preview(
+            run.node, run.action, steps=run.planned_steps[run.current_step :]
+        )
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        return None
+    return actions.impact_preview(run.node, run.action)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def decide(request, pk: int, verdict: str):
+    """Approve, reject or cancel a run; errors come back on the run's page."""
+    if verdict not in DECISIONS:
+        raise Http404("No such decision")
+    run = _get_run(pk)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        return _render_run(request, run, form=form, status=400)
+    try:
+        DECISIONS[verdict](run, request.user, form.cleaned_data["comment"])
+    except actions.ActionError as error:
+        form.add_error("comment", error.message)
+        return _render_run(request, run, form=form, status=400)
+    except actions.NotPermitted as error:
+        return _render_run(request, run, form=form, error=str(error), status=403)
+    except actions.WrongStatus as error:
+        return _render_run(request, run, form=form, error=str(error), status=409)
+    messages.success(request, f"Run {run.pk} {PAST[verdict]}.")
+    return redirect(_next_url(request, reverse("remediation-detail", args=[run.pk])))
+
+
+def _next_url(request, default: str) -> str:
+    target = request.POST.get("next", "")
+    # Only a path on this site: redirect() reads a bare word as a URL name, and a
+    # `next` naming none was a NoReverseMatch (a 500).
+    if target.startswith("/") and url_has_allowed_host_and_scheme(target, {request.get_host()}):
+        return target
+    return default
+
+
+@role_required(Role.ADMIN)
+def approvals(request):
+    runs = Remediation.objects.filter(status=RunStatus.AWAITING_APPROVAL).select_related(
+        *RUN_RELATED, "node__pool"
+    )
+    queue = [(run, actions.impact_preview(run.node, run.action)) for run in runs]
+    context = {
+        "queue": queue,
+        "form": DecisionForm(),
+        "undecidable": policies.undecidable()[:UNDECIDABLE_SHOWN],
+    }
+    return render(request, "remediation/approvals.html", context)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def decide_incident_again(request, pk: int):
+    incident = get_object_or_404(Incident, pk=pk)
+    decisions = policies.decide_again(incident)
+    outcome = decisions[0].outcome or decisions[0].reason if decisions else "decided"
+    messages.success(request, f"Incident {pk} on {incident.node.name}: {outcome}.")
+    return redirect(_next_url(request, reverse("remediation-approvals")))
+
+
+@role_required(Role.ADMIN)
+def policy_list(request):
+    rows = Policy.objects.select_related("updated_by")
+    return render(request, "remediation/policy_list.html", {"policies": rows})
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def policy_edit(request, pk: int | None = None):
+    policy = get_object_or_404(Policy, pk=pk) if pk is not None else None
+    form = PolicyForm(request.POST or None, instance=policy)
+    if request.method == "POST":
+        if form.is_valid():
+            saved = actions.save_policy(form.save(commit=False), user=request.user)
+            messages.success(request, f"Policy saved: {saved}.")
+            return redirect("remediation-policies")
+        return render(
+            request, "remediation/policy_form.html", _policy_ctx(form, policy), status=400
+        )
+    return render(request, "remediation/policy_form.html", _policy_ctx(form, policy))
+
+
+def _policy_ctx(form: PolicyForm, policy: Policy | None) -> dict:
+    history = []
+    if policy is not None:
+        history = policy.changes.select_related("changed_by")[:POLICY_HISTORY_SHOWN]
+    return {"form": form, "policy": policy, "history": history}
+
+
+@role_required(Role.ADMIN)
+def replay(request):
+    """What the policies would have done over past health events; changes nothing."""
+    form = ReplayForm(request.GET or None)
+    decisions = None
+    if form.is_bound and form.is_valid():
+        decisions = policies.replay(*form.period())
+    status = 400 if form.is_bound and form.errors else 200
+    context = {"form": form, "decisions": decisions, "summary": _summary(decisions or [])}
+    return render(request, "remediation/replay.html", context, status=status)
+
+
+def _summary(decisions: list) -> list[tuple[str, str, int]]:
+    """(action, mode, how many incidents) for the replay's headline, commonest first."""
+    counts = Counter((d.action or "nothing", d.mode) for d in decisions)
+    return [(action, mode, n) for (action, mode), n in counts.most_common()]
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def node_action(request, name: str, action: str):
+    """GET: what the action would touch, and a confirm form. POST: start the run."""
+    if action not in actions.ADMIN_ACTIONS:
+        raise Http404("No such action")
+    node = get_object_or_404(Node.objects.select_related("pool", "cluster"), name=name)
+    form = ActionRequestForm(request.POST or None)
+    context = {"node": node, "action": action, "form": form, "busy": None}
+    if request.method != "POST":
+        return _render_action(request, context)
+    if not form.is_valid():
+        return _render_action(request, context, status=400)
+    try:
+        run = actions.request_action(node, action, user=request.user, **form.cleaned_data)
+    except actions.ActionError as error:
+        form.add_error(error.field if error.field in form.fields else None, error.message)
+        return _render_action(request, context, status=400)
+    except services.NodeBusy as busy:
+        context["busy"] = busy.existing
+        return _render_action(request, context, status=409)
+    messages.success(request, f"Run {run.pk} started: {run.action} on {node.name}.")
+    return redirect("remediation-detail", pk=run.pk)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def node_repair(request, name: str):
+    """Mark a failed node as in repair, with a ticket or note; back to the node page."""
+    node = get_object_or_404(Node, name=name)
+    try:
+        actions.mark_in_repair(node, user=request.user, note=request.POST.get("note", ""))
+    except actions.ActionError as error:
+        messages.error(request, error.message)
+        return redirect("node-detail", name=node.name)
+    except actions.WrongStatus as error:
+        messages.error(request, str(error))
+        return redirect("node-detail", name=node.name)
+    messages.success(request, f"{node.name} is in repair.")
+    return redirect("node-detail", name=node.name)
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def partition_edits(request):
+    """Partition edits made outside Medbay to nodes it had moved: adopt them here."""
+    cluster = Cluster.objects.order_by("pk").first()
+    if request.method == "POST" and cluster is not None:
+        adopted = drift.adopt(
+            cluster, request.POST.getlist("node"), actor=request.user.get_username()
+        )
+        if adopted:
+            messages.success(request, f"Adopted Slurm's partitions for {', '.join(adopted)}.")
+        return redirect("partition-edits")
+    edits = (cluster.partition_edits or {}) if cluster else {}
+    return render(request, "remediation/partition_edits.html", {"edits": edits})
+
+
+def _render_action(request, context: dict, *, status: int = 200):
+    context["impact"] = actions.impact_preview(context["node"], context["action"])
+    return render(request, "remediation/node_action.html", context, status=status)

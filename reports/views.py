@@ -1,0 +1,58 @@
+"""The reports page: one report at a time, filters via htmx, `?print=1` for paper."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.http import Http404
+from django.shortcuts import render
+
+from core.roles import Role, role_required
+from reports.catalog import REPORTS, compute
+from reports.charts import figures
+from reports.params import GROUP_BY_CHOICES, ReportForm, default_query
+
+MANAGERS = (Role.MANAGER, Role.ADMIN)
+
+
+@role_required(*MANAGERS)
+def report_page(request, name: str = "utilization"):
+    if name not in REPORTS:
+        raise Http404("No such report")
+    form = ReportForm(request.GET)
+    printing = request.GET.get("print") == "1"
+    sections = []
+    if form.is_valid():
+        query = form.query()
+        # Paper gets every report; the screen computes only the one being looked at.
+        names = list(REPORTS) if printing else [name]
+        for each in names:
+            report = compute(each, query)
+            sections.append({"report": report, "figures": _figures(report)})
+    else:
+        query = default_query()
+    context = {
+        "name": name,
+        "form": form,
+        "query": query,
+        "querystring": urlencode(query.as_params()),
+        "sections": sections,
+        "tabs": [(key, title) for key, (title, _) in REPORTS.items()],
+        "group_choices": [value for value, _ in GROUP_BY_CHOICES],
+    }
+    if printing:
+        return render(request, "reports/print.html", context)
+    if request.htmx and request.htmx.target == "report-body":
+        return render(request, "reports/partials/body.html", context)
+    return render(request, "reports/page.html", context)
+
+
+def _figures(report) -> list[dict]:
+    return [
+        {
+            "id": f"figure-{report.name}-{n}",
+            "data_id": f"figure-data-{report.name}-{n}",
+            "figure": f,
+        }
+        for n, f in enumerate(figures(report), start=1)
+    ]

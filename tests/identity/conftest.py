@@ -1,0 +1,1 @@
+from tests.identity.directory import directory  # noqa: F401

@@ -1,1 +1,0 @@
-from tests.ldap_integration.directory import directory  # noqa: F401
