@@ -22,10 +22,11 @@ from pathlib import Path
 from agent import config as agent_config
 from agent.checks import ALL_CHECKS, CheckContext, CheckStatus, run_checks, select_checks
 from agent.checks.base import CommandOutput
-from agent.events import MAX_BATCH, XidEventBuilder
+from agent.events import XidEventBuilder
 from agent.follow import open_follower
 from agent.loop import AgentLoop
 from agent.parsers.kmsg import KmsgParser, TimeContext
+from agent.schema import MAX_BATCH
 from agent.sender import Sender
 from agent.spool import Spool
 

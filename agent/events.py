@@ -1,8 +1,9 @@
 """Events the agent sends to `POST /api/v1/health/events/`, built from records and results.
 
-Every event has the same keys (see EVENT_KEYS); absent facts are null. Ids are assigned once:
-an Xid event's id hashes the node, the raw log line and how many identical lines came before
-it, so re-reading the same log gives the same ids and the idempotent server drops repeats.
+Each event is built by the event schema (agent.schema), so it has exactly the keys
+the server accepts, absent facts null. Ids are assigned once: an Xid event's id hashes the
+node, the raw log line and how many identical lines came before it, so re-reading the same
+log gives the same ids and the idempotent server drops repeats.
 """
 
 import hashlib
@@ -10,21 +11,13 @@ import uuid
 from collections import Counter
 from datetime import UTC, datetime
 
+from agent import schema
 from agent import xid as xid_catalogue
 from agent.checks.base import CheckResult
 from agent.parsers.kmsg import GpuUuidRecord, XidRecord
 
-EVENT_KEYS = (
-    "id", "kind", "observed_at", "xid", "pci", "gpu_index", "gpu_instance",
-    "compute_instance", "pid", "process", "check", "status", "message", "data",
-)  # fmt: skip
-MAX_BATCH = 1000
 # Identical raw lines carry the same timestamp, so they can only repeat close together.
 _REMEMBERED_LINES = 10_000
-
-
-def _empty_event() -> dict:
-    return dict.fromkeys(EVENT_KEYS)
 
 
 def iso(moment: datetime) -> str:
@@ -54,33 +47,31 @@ def xid_event(
         # The line had no usable timestamp (e.g. dmesg without a boot time): use now.
         observed_at = datetime.now(UTC)
         data["observed_at_source"] = "agent"
-    return {
-        **_empty_event(),
-        "id": xid_event_id(node, record.raw, occurrence),
-        "kind": "xid",
-        "observed_at": iso(observed_at),
-        "xid": record.xid,
-        "pci": record.pci,
-        "gpu_instance": record.gpu_instance,
-        "compute_instance": record.compute_instance,
-        "pid": record.pid,
-        "process": record.process,
-        "message": record.message,
-        "data": data,
-    }
+    return schema.event(
+        id=xid_event_id(node, record.raw, occurrence),
+        kind=str(schema.EventKind.XID),
+        observed_at=iso(observed_at),
+        xid=record.xid,
+        pci=record.pci,
+        gpu_instance=record.gpu_instance,
+        compute_instance=record.compute_instance,
+        pid=record.pid,
+        process=record.process,
+        message=record.message,
+        data=data,
+    )
 
 
 def check_event(result: CheckResult, *, observed_at: datetime | None = None) -> dict:
-    return {
-        **_empty_event(),
-        "id": uuid.uuid4().hex,
-        "kind": "check",
-        "observed_at": iso(observed_at or datetime.now(UTC)),
-        "check": result.name,
-        "status": str(result.status),
-        "message": result.message,
-        "data": {**result.data, "duration_s": result.duration_s},
-    }
+    return schema.event(
+        id=uuid.uuid4().hex,
+        kind=str(schema.EventKind.CHECK),
+        observed_at=iso(observed_at or datetime.now(UTC)),
+        check=result.name,
+        status=str(result.status),
+        message=result.message,
+        data={**result.data, "duration_s": result.duration_s},
+    )
 
 
 class XidEventBuilder:

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from agent.events import MAX_BATCH
+from agent.schema import MAX_BATCH
 from agent.spool import Spool
 
 log = logging.getLogger(__name__)

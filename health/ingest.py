@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
+from agent import schema
 from agent import xid as catalogue
+from agent.schema import BatchInvalid as BatchInvalid  # what validate_batch raises
 from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node
 from core import live
@@ -31,16 +31,10 @@ from health.models import (
     Severity,
 )
 
-MAX_EVENTS = 1000
-MAX_MESSAGE = 4000
-MAX_FUTURE = timedelta(minutes=5)
-MAX_PAST = timedelta(days=30)
 # Identical repeats inside this window fold into one row with a count.
 FOLD_WINDOW = timedelta(minutes=5)
 # NVIDIA Fleet Intelligence closes an XID burst after 3 minutes of silence.
 INCIDENT_SILENCE = timedelta(minutes=3)
-PCI_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}$")
-EVENT_ID_RE = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 # Rows of one batch pushed to open event feeds: a catch-up batch of hundreds would cost
 # a render each and swamp browsers with rows they cannot show; the newest matter.
@@ -73,126 +67,15 @@ class IngestResult:
     changed_incident_ids: list[int] = field(default_factory=list)
 
 
-class BatchInvalid(Exception):
-    def __init__(self, errors: dict[str, list[str]]):
-        super().__init__("invalid batch")
-        self.errors = errors
-
-
 # ----------------------------------------------------------------- validation
 def validate_batch(payload, *, now: datetime | None = None) -> Batch:
-    """Strict, fast validation of an agent batch; raises BatchInvalid with per-field errors."""
-    now = now or timezone.now()
-    if not isinstance(payload, dict):
-        raise BatchInvalid({"non_field_errors": ["Expected a JSON object."]})
-    errors: dict[str, list[str]] = {}
-    node = payload.get("node")
-    if not isinstance(node, str) or not node or len(node) > 128:
-        errors["node"] = ["A node name (string) is required."]
-    events = payload.get("events")
-    if not isinstance(events, list) or not events:
-        errors["events"] = ["A non-empty list of events is required."]
-    elif len(events) > MAX_EVENTS:
-        errors["events"] = [f"At most {MAX_EVENTS} events per request; got {len(events)}."]
-    if errors:
-        raise BatchInvalid(errors)
-    cleaned, seen_ids = [], set()
-    for position, raw in enumerate(events):
-        event, event_errors = _clean_event(raw, now)
-        for name, messages in event_errors.items():
-            errors[f"events[{position}].{name}"] = messages
-        if event is not None:
-            if event["id"] in seen_ids:
-                errors[f"events[{position}].id"] = [f"Duplicate id {event['id']!r} in batch."]
-            seen_ids.add(event["id"])
-            cleaned.append(event)
-    if errors:
-        raise BatchInvalid(errors)
-    return Batch(node=node, events=cleaned)
+    """Strict, fast validation of an agent batch; raises BatchInvalid with per-field errors.
 
-
-def _clean_event(raw, now: datetime) -> tuple[dict | None, dict[str, list[str]]]:
-    if not isinstance(raw, dict):
-        return None, {"non_field_errors": ["Each event must be a JSON object."]}
-    errors: dict[str, list[str]] = {}
-    event = {
-        "id": _text(raw, "id", errors, required=True, limit=128),
-        "kind": raw.get("kind"),
-        "xid": _integer(raw, "xid", errors, upper=100_000),
-        "gpu_index": _integer(raw, "gpu_index", errors, upper=255),
-        "gpu_instance": _integer(raw, "gpu_instance", errors, upper=255),
-        "compute_instance": _integer(raw, "compute_instance", errors, upper=255),
-        "pid": _integer(raw, "pid", errors, upper=2**31),
-        "process": _text(raw, "process", errors, limit=256),
-        "check": _text(raw, "check", errors, limit=64),
-        "status": raw.get("status"),
-        "message": _text(raw, "message", errors, limit=MAX_MESSAGE),
-        "pci": _text(raw, "pci", errors, limit=16).lower(),
-        "data": raw.get("data") or {},
-    }
-    if event["id"] and not EVENT_ID_RE.match(event["id"]):
-        errors["id"] = ["Use 1-128 letters, digits, '.', '_', ':' or '-'."]
-    if event["kind"] not in EventKind.values:
-        errors["kind"] = [f"Must be one of {', '.join(EventKind.values)}."]
-    if event["pci"] and not PCI_RE.match(event["pci"]):
-        errors["pci"] = ["Must look like 0000:3b:00 (domain:bus:device)."]
-    if event["status"] is not None and event["status"] not in CheckStatus.values:
-        errors["status"] = [f"Must be one of {', '.join(CheckStatus.values)} or null."]
-    if event["kind"] == EventKind.XID and event["xid"] is None and "xid" not in errors:
-        errors["xid"] = ["An xid event needs an integer xid."]
-    if event["kind"] == EventKind.CHECK and not event["check"] and "check" not in errors:
-        errors["check"] = ["A check event needs the check's name."]
-    if not isinstance(event["data"], dict):
-        errors["data"] = ["Must be a JSON object."]
-    event["observed_at"] = _timestamp(raw.get("observed_at"), now, errors)
-    return (None if errors else event), errors
-
-
-def _text(raw: dict, name: str, errors, *, required: bool = False, limit: int) -> str:
-    value = raw.get(name)
-    if value is None:
-        if required:
-            errors[name] = ["This field is required."]
-        return ""
-    if not isinstance(value, str):
-        errors[name] = ["Must be a string."]
-        return ""
-    if len(value) > limit:
-        errors[name] = [f"At most {limit} characters."]
-    if "\x00" in value:
-        errors[name] = ["Must not contain NUL characters."]
-    return value[:limit]
-
-
-def _integer(raw: dict, name: str, errors, *, upper: int) -> int | None:
-    value = raw.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        errors[name] = ["Must be an integer or null."]
-        return None
-    if not 0 <= value <= upper:
-        errors[name] = [f"Must be between 0 and {upper}."]
-        return None
-    return value
-
-
-def _timestamp(value, now: datetime, errors) -> datetime | None:
-    if not isinstance(value, str):
-        errors["observed_at"] = ["An ISO-8601 timestamp with a time zone is required."]
-        return None
-    try:
-        moment = parse_datetime(value)
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        errors["observed_at"] = ["An ISO-8601 timestamp with a time zone is required."]
-        return None
-    if moment > now + MAX_FUTURE:
-        errors["observed_at"] = ["Is in the future; check the node's clock."]
-    elif moment < now - MAX_PAST:
-        errors["observed_at"] = ["Is more than 30 days old."]
-    return moment
+    The rules are the agent event schema's (agent.schema), the one the agent builds
+    its events with and the API docs describe.
+    """
+    node, events = schema.validate_batch(payload, now=now or timezone.now())
+    return Batch(node=node, events=events)
 
 
 # ----------------------------------------------------------------- storing

@@ -6,6 +6,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import ListAPIView
 from rest_framework.response import Response
 
+from agent import schema
 from core.roles import HasAnyRole
 from health.api.auth import IsNodeAgent, NodeTokenAuthentication
 from health.ingest import BatchInvalid, ingest, validate_batch
@@ -28,18 +29,25 @@ class HealthEventSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-AGENT_EVENT_FIELDS = {
-    "id": serializers.CharField(max_length=128),
-    "kind": serializers.ChoiceField(["xid", "check", "nvml", "dcgm"]),
-    "observed_at": serializers.DateTimeField(),
-    "xid": serializers.IntegerField(required=False, allow_null=True),
-    "pci": serializers.CharField(required=False, allow_null=True),
-    "gpu_index": serializers.IntegerField(required=False, allow_null=True),
-    "check": serializers.CharField(required=False, allow_null=True),
-    "status": serializers.CharField(required=False, allow_null=True),
-    "message": serializers.CharField(required=False, allow_blank=True),
-    "data": serializers.DictField(required=False),
-}
+def _documented(field: schema.Field) -> serializers.Field:
+    """The OpenAPI description of one field of the agent event schema."""
+    options = {"help_text": field.description, "required": field.required}
+    if not field.required:
+        options["allow_null"] = True
+    if field.type == "choice":
+        return serializers.ChoiceField(list(field.choices), **options)
+    if field.type == "integer":
+        return serializers.IntegerField(min_value=0, max_value=field.limit, **options)
+    if field.type == "timestamp":
+        return serializers.DateTimeField(**options)
+    if field.type == "object":
+        return serializers.DictField(**options)
+    if field.pattern:
+        return serializers.RegexField(field.pattern, max_length=field.limit, **options)
+    return serializers.CharField(max_length=field.limit, allow_blank=not field.required, **options)
+
+
+AGENT_EVENT_FIELDS = {field.name: _documented(field) for field in schema.FIELDS}
 
 
 class HealthEventsView(ListAPIView):

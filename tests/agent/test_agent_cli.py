@@ -6,10 +6,11 @@ import pytest
 
 from agent import cli
 from agent.checks import CheckContext
-from agent.events import EVENT_KEYS, XidEventBuilder
+from agent.events import XidEventBuilder
 from agent.follow import FileFollower
 from agent.loop import AgentLoop
 from agent.parsers.kmsg import KmsgParser
+from agent.schema import FIELD_NAMES
 from agent.sender import Sender
 from agent.spool import Spool
 
@@ -34,7 +35,7 @@ def test_parse_prints_one_json_event_per_xid_in_every_format(capsys, fixtures, n
     assert code == 0
     assert [e["xid"] for e in events] == [48, 63, 154, 13, 43, 94, 79, 79]
     first = events[0]
-    assert tuple(first) == EVENT_KEYS
+    assert tuple(first) == FIELD_NAMES
     assert (first["kind"], first["pci"], first["pid"], first["process"]) == (
         "xid", "0000:55:00", 2187001, "python"
     )  # fmt: skip
