@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import enum
 import hashlib
 import secrets
 from typing import TYPE_CHECKING
@@ -8,28 +9,23 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from agent import schema
+from agent import xid as catalogue
+from agent.checks import base as checks
+
 if TYPE_CHECKING:
     from clusters.models import Node
 
 
-class Severity(models.TextChoices):
-    INFO = "info"
-    WARNING = "warning"
-    CRITICAL = "critical"
+def _choices(values: type[enum.StrEnum]) -> type[models.TextChoices]:
+    """Django choices for an enum the agent's code defines, member for member, labels alike."""
+    return models.TextChoices(values.__name__, [(member.name, member.value) for member in values])
 
 
-class EventKind(models.TextChoices):
-    XID = "xid"
-    CHECK = "check"
-    NVML = "nvml"
-    DCGM = "dcgm"
-
-
-class CheckStatus(models.TextChoices):
-    PASS = "pass"
-    WARN = "warn"
-    FAIL = "fail"
-    SKIP = "skip"
+# Defined once, without Django, where the agent and the event schema use them.
+Severity = _choices(catalogue.Severity)
+EventKind = _choices(schema.EventKind)
+CheckStatus = _choices(checks.CheckStatus)
 
 
 def hash_token(raw: str) -> str:

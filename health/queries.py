@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from core.inputs import bounded_int, in_range
-from health.models import FaultGroup, HealthEvent
+from health.models import EventKind, FaultGroup, HealthEvent, Severity
 
 PERIODS = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 
@@ -26,9 +26,9 @@ def filter_events(events, params):
         events = events.filter(gpu_index=gpu)
     if (code := _int(params.get("xid"))) is not None:
         events = events.filter(xid=code)
-    if params.get("severity") in ("info", "warning", "critical"):
+    if params.get("severity") in Severity.values:
         events = events.filter(severity=params["severity"])
-    if params.get("kind") in ("xid", "check", "nvml", "dcgm"):
+    if params.get("kind") in EventKind.values:
         events = events.filter(kind=params["kind"])
     if params.get("period") in PERIODS:
         events = events.filter(last_observed_at__gte=timezone.now() - PERIODS[params["period"]])
