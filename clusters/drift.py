@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from clusters.backends.base import BackendError, ClusterBackend, NodeInfo, PartitionInfo
+from clusters.backends.capabilities import ReadsConfiguredPartitions, ReadsControllerGeneration
 from clusters.live import publish_banner
 from clusters.models import Cluster, Node, Partition
 
@@ -44,11 +45,10 @@ def slurm_membership(partitions: Iterable[PartitionInfo]) -> Membership:
 def configured_membership(backend: ClusterBackend) -> Membership | None:
     """slurm.conf's membership, or None when the backend cannot say (the
     simulator, or a portal host without the cluster's slurm.conf)."""
-    read = getattr(backend, "configured_partitions", None)
-    if read is None:
+    if not isinstance(backend, ReadsConfiguredPartitions):
         return None
     try:
-        return {name: frozenset(nodes) for name, nodes in read().items()}
+        return {name: frozenset(nodes) for name, nodes in backend.configured_partitions().items()}
     except BackendError as error:
         logger.debug("slurm.conf not readable, drift is not checked: %s", error)
         return None
@@ -111,13 +111,13 @@ def detect(
     return found
 
 
-def controller_generation(backend: ClusterBackend) -> str:
-    """slurmctld's boot time and reconfigure count, as text; "" if unknown."""
-    read = getattr(backend, "controller_generation", None)
-    if read is None:
+def controller_generation(backend: ClusterBackend) -> str | None:
+    """slurmctld's boot time and reconfigure count, as text; "" if unknown this time,
+    None when the backend cannot tell restarts apart at all."""
+    if not isinstance(backend, ReadsControllerGeneration):
         return None
     try:
-        return read() or ""
+        return backend.controller_generation() or ""
     except BackendError as error:
         logger.debug("slurmctld generation not readable: %s", error)
         return ""
@@ -195,7 +195,7 @@ def reapply_hook() -> Callable[[Cluster, ClusterBackend], object] | None:
         module = importlib.import_module(REAPPLY_MODULE)
     except ImportError:
         return None
-    return getattr(module, "reapply_pools", None)
+    return module.reapply_pools
 
 
 def reapply(cluster: Cluster, backend: ClusterBackend, drift: dict) -> bool:

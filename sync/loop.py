@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from clusters.backends.base import BackendError, ClusterBackend
+from clusters.backends.capabilities import RunsSlurmCommands
 from clusters.models import Cluster
 from sync.cycle import SyncResult, sync_once
 
@@ -34,20 +35,20 @@ class SlurmIdentity(NamedTuple):
 
 def slurm_identity(backend: ClusterBackend) -> SlurmIdentity:
     """Name and version from `scontrol show config`; while the controller is
-    down, from slurm.conf and `sinfo --version`, which need no controller."""
-    run = getattr(backend, "run", None)
-    if run is None:
+    down, from slurm.conf and `sinfo --version`, which need no controller. A backend
+    that runs no Slurm commands (the simulator) is the default name, version unknown."""
+    if not isinstance(backend, RunsSlurmCommands):
         return SlurmIdentity(DEFAULT_CLUSTER_NAME, "")
     try:
-        values = dict(CONFIG_VALUE.findall(run(["scontrol", "show", "config"])))
+        values = dict(CONFIG_VALUE.findall(backend.run(["scontrol", "show", "config"])))
     except BackendError:
         values = {}
     name = values.get("ClusterName") or _conf_cluster_name(backend) or DEFAULT_CLUSTER_NAME
-    return SlurmIdentity(name, values.get("SLURM_VERSION") or _installed_version(run))
+    return SlurmIdentity(name, values.get("SLURM_VERSION") or _installed_version(backend.run))
 
 
-def _conf_cluster_name(backend: ClusterBackend) -> str:
-    path = Path(getattr(backend, "slurm_conf", "") or "/etc/slurm/slurm.conf")
+def _conf_cluster_name(backend: RunsSlurmCommands) -> str:
+    path = Path(backend.slurm_conf or "/etc/slurm/slurm.conf")
     try:
         match = CONF_CLUSTER_NAME.search(path.read_text())
     except OSError:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from clusters.backends.capabilities import ReadsNodesByName
+
 
 class BackendError(Exception):
     """A cluster or fleet operation failed.
@@ -232,11 +234,10 @@ class FleetProvider(Protocol):
 
 def nodes_named(backend: ClusterBackend, names: Sequence[str]) -> list[NodeInfo]:
     """The named nodes (unknown ones left out): the backend's own narrow read where it
-    has one (`nodes_named`), else its whole node list, filtered. A remediation step
+    has one (`ReadsNodesByName`), else its whole node list, filtered. A remediation step
     reads one or two nodes; on 12,500 nodes the whole list costs more than the step."""
-    reader = getattr(backend, "nodes_named", None)
-    if reader is not None:
-        return list(reader(names))
+    if isinstance(backend, ReadsNodesByName):
+        return list(backend.nodes_named(names))
     wanted = set(names)
     return [info for info in backend.nodes() if info.name in wanted]
 

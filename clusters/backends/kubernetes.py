@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from clusters.backends.base import BackendError, pick_spare
+from clusters.backends.capabilities import ReportsFleetHolders
 
 POOL_LABEL = "medbay.io/pool"
 REASON_ANNOTATION = "medbay.io/reason"
@@ -41,8 +42,9 @@ _TAINT_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 Provisioner = Callable[[str, str], str]
 
 
-class KubernetesFleet:
-    """Cordons, drains, relabels and replaces Kubernetes nodes."""
+class KubernetesFleet(ReportsFleetHolders):
+    """Cordons, drains, relabels and replaces Kubernetes nodes, and sees other
+    controllers' taints and cordons on them."""
 
     name = "kubernetes"
 

@@ -28,6 +28,7 @@ from clusters.backends.base import (
     PartitionInfo,
     pick_spare,
 )
+from clusters.backends.capabilities import ReadsNodesByName, RepairsGpus, ReportsGpuHealth
 from clusters.backends.job_files import expand_output_pattern
 
 # Llama 3 405B pre-training: 419 unexpected interruptions in 54 days on 16,384
@@ -129,8 +130,9 @@ XID_MESSAGES = {
 CRITICAL_XIDS = frozenset({48, 64, 74, 79, 95, 119, 120, 140})
 
 
-class SimulatedCluster:
-    """Both backend protocols over one in-memory cluster."""
+class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
+    """Both backend protocols over one in-memory cluster; it also reads nodes by name,
+    knows each GPU's health and repairs GPUs itself, which Slurm cannot."""
 
     name = "simulated"
 

@@ -7,6 +7,7 @@ no Django import, so the node agent and tests can use it directly.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import pwd
 import re
@@ -31,6 +32,12 @@ from clusters.backends.base import (
     NodeInfo,
     PartitionInfo,
 )
+from clusters.backends.capabilities import (
+    ChecksRunOnThisHost,
+    ReadsConfiguredPartitions,
+    ReadsControllerGeneration,
+    RunsSlurmCommands,
+)
 from clusters.backends.job_files import output_paths_from_record, read_tail_as, run_lossless
 from clusters.backends.slurm_cli import (
     DEFAULT_TIMEOUT_S,
@@ -48,6 +55,7 @@ from clusters.backends.slurm_parsers import (
     parse_scontrol_nodes,
     parse_scontrol_partitions,
     parse_scontrol_records,
+    parse_slurm_conf_node_addresses,
     parse_slurm_conf_partitions,
     parse_slurm_version,
 )
@@ -80,12 +88,25 @@ def decode_json(text: str) -> Any:
     return msgspec.json.decode(text)
 
 
+def is_loopback(address: str) -> bool:
+    """127.0.0.0/8, ::1 or `localhost`: an address that is always this host."""
+    if address.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SlurmBackend:
-    """Reads and acts on a real Slurm cluster through its CLI."""
+class SlurmBackend(
+    RunsSlurmCommands, ReadsConfiguredPartitions, ReadsControllerGeneration, ChecksRunOnThisHost
+):
+    """Reads and acts on a real Slurm cluster through its CLI; it also reads slurm.conf
+    and slurmctld's restarts, and knows when its nodes are this very host."""
 
     name = "slurm"
 
@@ -264,12 +285,25 @@ class SlurmBackend:
         `scontrol reconfigure` or slurmctld restart, when Slurm falls back to
         these; compare with partitions() to detect that drift and re-apply.
         """
+        return parse_slurm_conf_partitions(self.slurm_conf_text())
+
+    def checks_run_on_this_host(self) -> bool:
+        """Whether slurm.conf puts every node at a loopback address, as the local
+        minicluster does (deploy/minicluster/up: `NodeAddr=127.0.0.1`): only then is
+        a check run on this host a check of the node (see ChecksRunOnThisHost). An
+        unreadable slurm.conf, or one whose nodes sit in an include file, says no."""
+        try:
+            addresses = parse_slurm_conf_node_addresses(self.slurm_conf_text())
+        except BackendError:
+            return False
+        return bool(addresses) and all(map(is_loopback, addresses))
+
+    def slurm_conf_text(self) -> str:
         path = Path(self.slurm_conf or DEFAULT_SLURM_CONF)
         try:
-            text = path.read_text()
+            return path.read_text()
         except OSError as error:
             raise BackendError(f"cannot read {path}: {error}", permanent=True) from error
-        return parse_slurm_conf_partitions(text)
 
     # ------------------------------------------------------------ node actions
 

@@ -23,7 +23,10 @@ UNAVAILABLE_FLAGS = frozenset({"drain", "fail", "not_responding", "reboot_reques
 
 
 class SlurmSparesFleet:
-    """FleetProvider over a ClusterBackend whose spare nodes sit in partition `spare`."""
+    """FleetProvider over a ClusterBackend whose spare nodes sit in partition `spare`.
+
+    It has no capability beyond the protocol: Slurm shows no other controller's holds
+    (`ReportsFleetHolders`); a drain's reason and user are read from the node instead."""
 
     name = "slurm-spares"
 

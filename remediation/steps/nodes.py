@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from clusters import holders
+from clusters.backends.capabilities import RepairsGpus, ReportsFleetHolders, ReportsGpuHealth
 from clusters.models import Gpu, GpuHealth, Node, NodePool
 from remediation import ownership
 from remediation.models import Action
@@ -54,11 +55,11 @@ def uncordon(run, ctx):
 
 
 def _fleet_holds(run, ctx) -> dict:
-    """Other controllers' cordons and taints, for fleets that can tell (Kubernetes)."""
-    read = getattr(ctx.fleet, "holders", None)
-    if read is None:
+    """Other controllers' cordons and taints, for fleets that can tell (Kubernetes);
+    a fleet that cannot leaves the record as it is."""
+    if not isinstance(ctx.fleet, ReportsFleetHolders):
         return {}
-    return {"fleet_held_by": "; ".join(read(run.node.name))[:255]}
+    return {"fleet_held_by": "; ".join(ctx.fleet.holders(run.node.name))[:255]}
 
 
 @step("resume", "resume {node} in Slurm, unless someone else still holds it")
@@ -94,13 +95,14 @@ def reboot(run, ctx):
 @step("reset_gpu", "reset the faulty GPU of {node}")
 def reset_gpu(run, ctx):
     gpus = _gpus_to_reset(run, ctx)
-    if hasattr(ctx.backend, "repair_gpu"):
+    if isinstance(ctx.backend, RepairsGpus):
         for index in gpus:
             ctx.backend.repair_gpu(run.node.name, index)
         return succeeded(f"reset GPU(s) {_list(gpus)} of {run.node.name}")
     if ctx.context.get("reset_requested_at"):
         # An admin retried the run after the manual reset the message asked for.
         return succeeded(f"GPU(s) {_list(gpus)} of {run.node.name} reset by an admin")
+    # The backend cannot reset a GPU (Slurm): an admin does, on the drained node.
     ctx.backend.drain_node(run.node.name, ownership.reason_for(run, ctx))
     ctx.context["reset_requested_at"] = ctx.now.isoformat()
     return needs_attention(
@@ -110,9 +112,11 @@ def reset_gpu(run, ctx):
 
 
 def _gpus_to_reset(run, ctx) -> list[int]:
+    """The GPU the fault named, else those the backend knows unhealthy; [] (all of
+    them) when it knows none, as Slurm, which has no view of a GPU's health."""
     if ctx.context.get("gpu") is not None:
         return [int(ctx.context["gpu"])]
-    if hasattr(ctx.backend, "gpu_health"):
+    if isinstance(ctx.backend, ReportsGpuHealth):
         health = ctx.backend.gpu_health(run.node.name)
         return sorted(index for index, state in health.items() if state != "healthy")
     return []

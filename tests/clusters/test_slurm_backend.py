@@ -343,6 +343,39 @@ def test_configured_partitions_read_slurm_conf(tmp_path):
     }
 
 
+@pytest.mark.parametrize(
+    ("nodes", "this_host"),
+    [
+        # deploy/minicluster/up: every node at 127.0.0.1, whatever its NodeHostname.
+        (
+            "NodeName=gpu-01 NodeHostname=vm NodeAddr=127.0.0.1\nNodeName=gpu-02 NodeAddr=::1\n",
+            True,
+        ),
+        ("NodeName=DEFAULT NodeAddr=127.0.0.1\nNodeName=gpu-[01-02] NodeHostname=vm\n", True),
+        ("NodeName=gpu-[01-02] NodeHostname=localhost\n", True),
+        # A DEFAULT line's address applies to the nodes after it.
+        (
+            "NodeName=DEFAULT NodeAddr=10.0.0.9\nNodeName=gpu-[01-02] NodeHostname=localhost\n",
+            False,
+        ),
+        ("NodeName=gpu-01 NodeAddr=127.0.0.1\nNodeName=gpu-02 NodeAddr=10.0.0.2\n", False),
+        ("NodeName=gpu-[01-02]\n", False),  # resolved by name: other machines
+        ("Include /etc/slurm/nodes.conf\n", False),  # nodes it cannot see
+    ],
+)
+def test_checks_run_on_this_host_only_where_slurm_conf_puts_every_node_here(
+    tmp_path, nodes, this_host
+):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=lab\n" + nodes + "PartitionName=train Nodes=ALL\n")
+    assert SlurmBackend(str(conf), runner=FakeSlurm()).checks_run_on_this_host() is this_host
+
+
+def test_checks_do_not_run_on_this_host_when_slurm_conf_is_unreadable(tmp_path):
+    missing = SlurmBackend(str(tmp_path / "absent.conf"), runner=FakeSlurm())
+    assert missing.checks_run_on_this_host() is False
+
+
 def test_submitting_as_oneself_pipes_the_script_to_sbatch():
     me = pwd.getpwuid(os.geteuid()).pw_name
     fake = FakeSlurm({("sbatch",): (0, "42\n", "")})

@@ -46,6 +46,17 @@ class FileBackedCluster:
             setattr(sim, name, value)
         return sim
 
+    # The simulator's capabilities, defined here and not only forwarded: from Python
+    # 3.12, isinstance() looks a capability up on the class, where __getattr__ is unseen.
+    def nodes_named(self, names):
+        return self.__getattr__("nodes_named")(names)
+
+    def gpu_health(self, node):
+        return self.__getattr__("gpu_health")(node)
+
+    def repair_gpu(self, node, gpu):
+        return self.__getattr__("repair_gpu")(node, gpu)
+
     def __getattr__(self, name):
         from clusters.backends.simulated import SimulatedCluster
 

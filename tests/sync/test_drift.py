@@ -7,6 +7,7 @@ import types
 import pytest
 from django.test import Client
 
+from clusters import drift
 from clusters.drift import REAPPLY_MODULE
 from clusters.models import Cluster, Node, NodeStatus
 from sync.cycle import sync_once
@@ -125,3 +126,18 @@ def test_a_backend_without_slurm_conf_never_reports_drift(sim, cluster):
     sync_once(cluster, sim)
     sim.set_partition_nodes("spare", ["gpu-07"])
     assert sync_once(cluster, sim).partition_drift == {}
+
+
+def test_a_backend_that_cannot_read_slurm_conf_flags_no_drift(sim, cluster, settings):
+    settings.MEDBAY_REAPPLY_POOLS = False
+    slurm_like = SimWithSlurmConf(sim)  # only to move nodes; the sync reads the bare simulator
+    sync_once(cluster, sim)
+    slurm_like.move("gpu-06", "spare", "train")
+    sync_once(cluster, sim)
+    slurm_like.restart_controller()  # back to the start, as a restart would revert it
+
+    result = sync_once(cluster, sim)
+
+    assert drift.configured_membership(sim) is None and drift.controller_generation(sim) is None
+    assert result.partition_drift == {} and drift_of(cluster) == {}
+    assert Node.objects.get(name="gpu-06").status == NodeStatus.SPARE  # followed, not flagged

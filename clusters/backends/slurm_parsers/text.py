@@ -199,18 +199,44 @@ def parse_slurm_conf_partitions(text: str) -> dict[str, tuple[str, ...]]:
     reconfigure or restart, so this is what the cluster falls back to.
     """
     partitions: dict[str, tuple[str, ...]] = {}
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line.lower().startswith("partitionname="):
-            continue
-        fields = {}
-        for word in line.split():
-            key, _, value = word.partition("=")
-            fields[key.lower()] = value.strip('"')
+    for fields in _slurm_conf_lines(text, "partitionname"):
         name = fields.get("partitionname", "")
         if name and name.upper() != "DEFAULT":
             partitions[name] = expand_hostlist(fields.get("nodes", ""))
     return partitions
+
+
+def parse_slurm_conf_node_addresses(text: str) -> tuple[str, ...]:
+    """Every configured node's address, from slurm.conf's NodeName lines: its NodeAddr,
+    else its NodeHostname, else its name, as Slurm itself resolves a node. A
+    `NodeName=DEFAULT` line sets values for the lines after it."""
+    addresses: list[str] = []
+    defaults: dict[str, str] = {}
+    for fields in _slurm_conf_lines(text, "nodename"):
+        name = fields.get("nodename", "")
+        if name.upper() == "DEFAULT":
+            defaults.update(fields)
+            continue
+        fields = {**defaults, **fields}
+        if name:
+            address = fields.get("nodeaddr") or fields.get("nodehostname") or name
+            addresses.extend(expand_hostlist(address))
+    return tuple(addresses)
+
+
+def _slurm_conf_lines(text: str, key: str) -> list[dict[str, str]]:
+    """The `KEY=...` lines of slurm.conf, as lower-case key -> value."""
+    found = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line.lower().startswith(key + "="):
+            continue
+        fields = {}
+        for word in line.split():
+            name, _, value = word.partition("=")
+            fields[name.lower()] = value.strip('"')
+        found.append(fields)
+    return found
 
 
 def parse_slurm_version(text: str) -> tuple[int, int]:

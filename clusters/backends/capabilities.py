@@ -1,0 +1,92 @@
+"""What a backend or fleet can do beyond the two protocols of `base.py`.
+
+`ClusterBackend` and `FleetProvider` are what every implementation must do. A
+few things only some can: the simulator knows each GPU's health and can repair
+one, a Slurm backend reads slurm.conf and slurmctld's restarts, Kubernetes sees
+other controllers' holds on a node. Each is a small protocol here, and each
+implementation names the ones it has in its class line, so a caller asks
+`isinstance(backend, RepairsGpus)` and says plainly what it does otherwise,
+instead of probing for a method by name.
+
+A wrapper that forwards calls with `__getattr__` declares nothing: from Python
+3.12 `isinstance` looks a protocol's members up on the class, so a wrapper must
+define the capability's methods itself to have it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # base.py imports this module: no arrow back
+    from clusters.backends.base import NodeInfo
+
+
+@runtime_checkable
+class ReadsNodesByName(Protocol):
+    """Reads a few named nodes without listing the whole cluster (the simulator)."""
+
+    def nodes_named(self, names: Sequence[str]) -> list[NodeInfo]: ...
+
+
+@runtime_checkable
+class ReadsConfiguredPartitions(Protocol):
+    """Knows each partition's membership as slurm.conf defines it, which Slurm falls
+    back to on a restart or reconfigure (partition drift)."""
+
+    def configured_partitions(self) -> dict[str, tuple[str, ...]]: ...
+
+
+@runtime_checkable
+class ReadsControllerGeneration(Protocol):
+    """Tells slurmctld's restarts and reconfigures apart, as text that changes with
+    each ("" when it cannot tell this time)."""
+
+    def controller_generation(self) -> str: ...
+
+
+@runtime_checkable
+class RunsSlurmCommands(Protocol):
+    """Runs Slurm's own commands (`scontrol`, `sinfo`) against a slurm.conf."""
+
+    slurm_conf: str  # "" for Slurm's default
+
+    def run(self, args: Sequence[str], *, input_text: str | None = None) -> str: ...
+
+
+@runtime_checkable
+class ReportsGpuHealth(Protocol):
+    """Knows each GPU's health itself, without a node agent (the simulator)."""
+
+    def gpu_health(self, node: str) -> dict[int, str]: ...  # index -> "healthy", ...
+
+
+@runtime_checkable
+class RepairsGpus(Protocol):
+    """Can reset a GPU itself (the simulator); elsewhere an admin does it by hand."""
+
+    def repair_gpu(self, node: str, gpu: int) -> None: ...
+
+
+@runtime_checkable
+class ChecksRunOnThisHost(Protocol):
+    """Can say whether every one of its nodes is the host Medbay runs on.
+
+    The node agent's checks look at the machine they run on (nvidia-smi, the disk,
+    the force-drain file). Run on the engine's host, they say something about a
+    node only when that node *is* this host: the local minicluster
+    (deploy/minicluster/up puts every node at 127.0.0.1). On a real fleet they
+    would judge the engine's machine and pass a broken node, so there only the
+    node's own agent may judge it.
+    """
+
+    slurm_conf: str  # passed to the checks, so they ask the same Slurm
+
+    def checks_run_on_this_host(self) -> bool: ...
+
+
+@runtime_checkable
+class ReportsFleetHolders(Protocol):
+    """Sees other controllers' holds on a node (Kubernetes taints and cordons)."""
+
+    def holders(self, node: str) -> list[str]: ...
