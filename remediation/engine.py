@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend, FleetProvider
 from core import live
+from health.validation import validate_node
 from remediation import services
 from remediation.models import Remediation, RemediationStep, StepOutcome
 from remediation.steps import (
@@ -38,7 +39,6 @@ from remediation.steps import (
 from remediation.steps import hardware as hardware_steps
 from remediation.steps import jobs as job_steps
 from remediation.steps import nodes as node_steps
-from remediation.steps.hardware import default_validator
 from remediation.transitions import ALLOWED, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Engine:
     ) -> None:
         self.worker = (worker_id or default_worker_id())[:64]
         self._backend, self._fleet = backend, fleet
-        self.validator = validator or default_validator
+        self.validator = validator or validate_node
         self.lease = lease
 
     @property

@@ -1,27 +1,25 @@
 """Steps that swap hardware: eligibility, replacement by a spare, validation.
 
 Which spare comes in is remediation.spares' choice, never the fleet's first
-free one. A replacement that fails validation goes to repair and the next healthy
-spare takes its place within the same run; a spare's own fault sends it to repair
-(there is nothing to hand over to another spare).
+free one. Whether a node passes validation is health.validation's policy; this module
+decides when to ask and what becomes of a node that fails. A replacement that fails
+validation goes to repair and the next healthy spare takes its place within the same
+run; a spare's own fault sends it to repair (there is nothing to hand over to another
+spare).
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from django.db.models import Max, Q
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from clusters import holders
-from clusters.backends.base import BackendError, ClusterBackend, nodes_named
+from clusters.backends.base import nodes_named
 from clusters.backends.slurm_spares import SPARE_PARTITION
 from clusters.live import publish_nodes
-from clusters.models import Gpu, GpuHealth, Node
-from health.models import CheckStatus, EventKind, HealthEvent, NodeToken, Severity
+from clusters.models import Node
+from health.validation import CannotValidate
 from remediation import ownership, safety, spares
 from remediation.models import Action, Remediation, StepOutcome, Trigger
 from remediation.services import slurm_reason
@@ -47,16 +45,6 @@ VALIDATE_POLL_S = 5.0
 REJECTED_RECHECK_S = 1.0
 # A run on the replacement itself that is acting on it (not awaiting approval).
 ACTING = (RunStatus.RUNNING, RunStatus.WAITING, RunStatus.NEEDS_ATTENTION)
-AGENT_TIMEOUT_S = 45.0
-# The agent checks that make sense right after a swap: nvidia-smi answers, the GPU
-# count matches Slurm's GRES, no pending remap or DBE, disk not full, no operator
-# force-drain switch. Checks whose tool is missing (fake GPUs) skip, not fail.
-VALIDATION_CHECKS = "force_drain,nvidia_smi_responds,gpu_count,ecc_remap,disk_free"
-# A node with an agent is judged on its own reports: the agent must have reported
-# its checks within REPORT_FRESHNESS (deploy/systemd runs them every 60 s), and
-# nothing may have failed or gone critical on it within REPORT_QUIET.
-REPORT_FRESHNESS = timedelta(minutes=3)
-REPORT_QUIET = timedelta(minutes=10)
 # How long the eligibility check waits for spares that are not registered yet (after a
 # controller restart) before it asks an admin, and how often it looks again.
 SPARE_REGISTRATION_WAIT = timedelta(seconds=60)
@@ -238,7 +226,12 @@ def validate(run, ctx):
     info = ctx.node(target)
     problem = _not_ready(info, target)
     if not problem:
-        ok, message = ctx.validator(ctx.backend, target)
+        # What must pass is health's policy (health.validation); when and what to do
+        # about a node that does not pass is this step's.
+        try:
+            ok, message = ctx.validator(ctx.backend, target)
+        except CannotValidate as error:
+            return needs_attention(f"{target} cannot be validated: {error.message}; then retry.")
         if ok:
             return succeeded(f"{target} passed validation: {message}")
         problem = message
@@ -336,79 +329,3 @@ def _not_ready(info, name: str) -> str:
     if info.flags & {"reboot_requested", "reboot_issued"}:
         return f"{name} is rebooting"
     return ""
-
-
-def default_validator(backend: ClusterBackend, node: str) -> tuple[bool, str]:
-    """GPU health from the simulator; on Slurm, what the node's own agent reports
-    when it has one, else `medbay-agent check --once` run here (the local cluster,
-    where every node is this host)."""
-    if hasattr(backend, "gpu_health"):
-        try:
-            health = backend.gpu_health(node)
-        except BackendError as error:
-            return False, error.message
-        bad = sorted(index for index, state in health.items() if state != "healthy")
-        if bad:
-            return False, f"GPU(s) {', '.join(map(str, bad))} not healthy"
-        return True, f"{len(health)} GPUs healthy"
-    if has_agent(node):
-        return reported_health(node)
-    return agent_check(node, slurm_conf=getattr(backend, "slurm_conf", ""))
-
-
-def has_agent(node: str) -> bool:
-    return NodeToken.objects.filter(node__name=node, revoked_at__isnull=True).exists()
-
-
-def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, str]:
-    """Healthy when the node's agent reported its checks lately, every GPU is
-    healthy as reported, and nothing failed or went critical in REPORT_QUIET."""
-    now = now or timezone.now()
-    events = HealthEvent.objects.filter(node__name=node)
-    last_report = events.filter(kind=EventKind.CHECK).aggregate(last=Max("last_observed_at"))[
-        "last"
-    ]
-    if last_report is None or now - last_report > REPORT_FRESHNESS:
-        seen = f"last at {last_report:%H:%M:%S}" if last_report else "none yet"
-        return False, (
-            f"waiting for the agent on {node} to report its health checks ({seen}; "
-            "the agent runs them every --interval seconds)"
-        )
-    unhealthy = list(
-        Gpu.objects.filter(node__name=node)
-        .exclude(health=GpuHealth.HEALTHY)
-        .order_by("index")
-        .values_list("index", "health")
-    )
-    if unhealthy:
-        listed = ", ".join(f"GPU {index} {health}" for index, health in unhealthy)
-        return False, f"the agent on {node} reports {listed}"
-    bad = (
-        events.filter(last_observed_at__gte=now - REPORT_QUIET)
-        .filter(Q(kind=EventKind.CHECK, status=CheckStatus.FAIL) | Q(severity=Severity.CRITICAL))
-        .order_by("-last_observed_at")
-        .first()
-    )
-    if bad is not None:
-        what = bad.check_name or (f"XID {bad.xid}" if bad.xid is not None else bad.kind)
-        return False, f"{node} reported {what} at {bad.last_observed_at:%H:%M:%S}"
-    return True, f"its agent reports it healthy (checks at {last_report:%H:%M:%S})"
-
-
-def agent_check(node: str, *, slurm_conf: str = "") -> tuple[bool, str]:
-    """Run the node agent's checks (exit 0 = healthy) the way Slurm's HealthCheckProgram
-    would. On the local minicluster every node shares this host, so running them here
-    checks that node's view of Slurm; on a real fleet this is the agent on the node."""
-    args = [sys.executable, "-m", "agent.cli", "check", "--once", "--node", node]
-    args += ["--checks", VALIDATION_CHECKS]
-    if slurm_conf:
-        args += ["--slurm-conf", slurm_conf]
-    try:
-        completed = subprocess.run(
-            args, capture_output=True, text=True, timeout=AGENT_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"medbay-agent check timed out after {AGENT_TIMEOUT_S:g}s"
-    lines = (completed.stdout or completed.stderr).strip().splitlines()
-    summary = lines[-1] if lines else f"exit status {completed.returncode}"
-    return completed.returncode == 0, f"medbay-agent check: {summary}"

@@ -56,6 +56,15 @@ class Recording:
     def __init__(self, wrapped, calls: list[str]):
         self._wrapped, self._calls = wrapped, calls
 
+    # The backend's ChecksRunOnThisHost, defined and not only forwarded: from Python
+    # 3.12, isinstance() looks a capability up on the class, where __getattr__ is unseen.
+    @property
+    def slurm_conf(self) -> str:
+        return self._wrapped.slurm_conf
+
+    def checks_run_on_this_host(self) -> bool:
+        return self._wrapped.checks_run_on_this_host()
+
     def __getattr__(self, name):
         value = getattr(self._wrapped, name)
         if name not in ACTIONS:

@@ -7,18 +7,29 @@ import pytest
 from django.utils import timezone
 
 from clusters.models import Gpu, GpuHealth, Node
+from health import validation
 from health.ingest import ingest, validate_batch
 from health.models import NodeToken
-from remediation.steps import hardware
 
 _ids = count(1)
 
 
 class SlurmLike:
-    """A backend without the simulator's gpu_health, as SlurmBackend is."""
+    """A backend without the simulator's gpu_health, as SlurmBackend is, on a real
+    fleet: its nodes are other machines."""
 
     name = "slurm"
     slurm_conf = ""
+
+    def checks_run_on_this_host(self) -> bool:
+        return False
+
+
+class MiniclusterLike(SlurmLike):
+    """SlurmBackend on the local minicluster, where every node is this host."""
+
+    def checks_run_on_this_host(self) -> bool:
+        return True
 
 
 @pytest.fixture
@@ -43,34 +54,34 @@ def report(node, check, status, *, ago=timedelta(0)):
 
 def test_fresh_passing_checks_validate_the_node(spare):
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = hardware.reported_health("gpu-06")
+    ok, message = validation.reported_health("gpu-06")
     assert ok, message
     assert "its agent reports it healthy" in message
 
 
 def test_without_any_check_report_validation_waits_for_the_agent(spare):
-    ok, message = hardware.reported_health("gpu-06")
+    ok, message = validation.reported_health("gpu-06")
     assert not ok
     assert "waiting for the agent on gpu-06 to report its health checks (none yet" in message
 
 
 def test_a_report_older_than_three_minutes_is_not_enough(spare):
     report(spare, "nvidia_smi_responds", "pass", ago=timedelta(minutes=4))
-    ok, message = hardware.reported_health("gpu-06")
+    ok, message = validation.reported_health("gpu-06")
     assert not ok and "waiting for the agent on gpu-06" in message
 
 
 def test_a_gpu_reported_unhealthy_fails_validation(spare):
     report(spare, "nvidia_smi_responds", "pass")
     Gpu.objects.filter(node=spare, index=5).update(health=GpuHealth.DEGRADED)
-    ok, message = hardware.reported_health("gpu-06")
+    ok, message = validation.reported_health("gpu-06")
     assert (ok, message) == (False, "the agent on gpu-06 reports GPU 5 degraded")
 
 
 def test_a_check_that_failed_minutes_ago_still_fails_validation(spare):
     report(spare, "disk_free", "fail", ago=timedelta(minutes=5))
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = hardware.reported_health("gpu-06")
+    ok, message = validation.reported_health("gpu-06")
     assert not ok
     assert message.startswith("gpu-06 reported disk_free at ")
 
@@ -79,16 +90,32 @@ def test_on_slurm_a_node_with_an_agent_is_judged_on_its_reports_not_a_local_run(
     def local_run(*args, **kwargs):
         raise AssertionError("ran the checks on the engine host")
 
-    monkeypatch.setattr(hardware, "agent_check", local_run)
+    monkeypatch.setattr(validation, "agent_check", local_run)
     report(spare, "nvidia_smi_responds", "pass")
-    ok, message = hardware.default_validator(SlurmLike(), "gpu-06")
+    ok, message = validation.validate_node(SlurmLike(), "gpu-06")
     assert ok, message
 
 
-def test_on_slurm_a_node_without_an_agent_runs_the_checks_here(synced, monkeypatch):
+def test_on_the_minicluster_a_node_without_an_agent_runs_the_checks_here(synced, monkeypatch):
     calls = []
     monkeypatch.setattr(
-        hardware, "agent_check", lambda node, slurm_conf="": calls.append(node) or (True, "ok")
+        validation, "agent_check", lambda node, slurm_conf="": calls.append(node) or (True, "ok")
     )
-    assert hardware.default_validator(SlurmLike(), "gpu-05") == (True, "ok")
+    assert validation.validate_node(MiniclusterLike(), "gpu-05") == (True, "ok")
     assert calls == ["gpu-05"]
+
+
+def test_on_a_real_fleet_a_node_without_an_agent_cannot_be_validated_here(synced, monkeypatch):
+    def local_run(*args, **kwargs):
+        raise AssertionError("ran the checks on the engine host")
+
+    monkeypatch.setattr(validation, "agent_check", local_run)
+    with pytest.raises(validation.CannotValidate, match="gpu-05 has no agent"):
+        validation.validate_node(SlurmLike(), "gpu-05")
+
+
+def test_a_backend_that_knows_gpu_health_is_asked_before_any_agent(sim, synced):
+    sim.inject_xid("gpu-05", 2, 79)
+    assert validation.validate_node(sim, "gpu-05") == (False, "GPU(s) 2 not healthy")
+    sim.repair_gpu("gpu-05", 2)
+    assert validation.validate_node(sim, "gpu-05") == (True, "8 GPUs healthy")
