@@ -156,11 +156,10 @@ def test_a_node_moved_after_its_days_were_rolled_up_keeps_its_past_in_its_old_po
 
 def test_history_written_into_the_past_forgets_the_rollups(week):
     from clusters.models import NodeStateDay
-    from demo.past import _forget_rollups
-    from reports.rollups import roll_up
+    from reports.rollups import clear_rollups, roll_up
 
     roll_up(week, until=date(2026, 1, 8))
-    _forget_rollups(week)
+    clear_rollups(week)
     week.refresh_from_db()
     assert week.history_rolled_until is None
     assert not NodeStateDay.objects.exists()
