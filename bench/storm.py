@@ -233,7 +233,6 @@ def step_latencies(cluster) -> list[float]:
     """Milliseconds from each step becoming due to its result being recorded."""
     from remediation.engine import DONE
     from remediation.models import Remediation, RemediationStep
-    from remediation.steps import NEEDS_ATTENTION
 
     created = dict(
         Remediation.objects.filter(node__cluster=cluster).values_list("pk", "created_at")
@@ -249,7 +248,7 @@ def step_latencies(cluster) -> list[float]:
         if became_due is not None:
             latencies.append((finished - became_due).total_seconds() * 1000)
         # After a wait (or a retry) the next attempt was due later than this: not counted.
-        due[run_id] = finished if outcome in DONE and outcome != NEEDS_ATTENTION else None
+        due[run_id] = finished if outcome in DONE else None
     return latencies
 
 

@@ -29,7 +29,6 @@ from health.validation import validate_node
 from remediation import services
 from remediation.models import Remediation, RemediationStep, StepOutcome
 from remediation.steps import (
-    NEEDS_ATTENTION,
     StepContext,
     StepResult,
     Validator,
@@ -216,7 +215,9 @@ class Engine:
             return self._transient(run, error)
         except Exception as error:  # a bug in one step must not stop every other run
             logger.exception("Step %s of run %s crashed", step.name, run.pk)
-            return StepResult(NEEDS_ATTENTION, f"step {step.name} crashed: {error!r}"[:400])
+            return StepResult(
+                StepOutcome.NEEDS_ATTENTION, f"step {step.name} crashed: {error!r}"[:400]
+            )
 
     def _transient(self, run: Remediation, error: BackendError) -> StepResult:
         failed = run.steps.filter(index=run.current_step, outcome=StepOutcome.FAILED)
@@ -226,7 +227,8 @@ class Engine:
         failures = failed.count()
         if failures + 1 >= MAX_TRANSIENT_FAILURES:
             return StepResult(
-                NEEDS_ATTENTION, f"gave up after {failures + 1} attempts: {error.message}"
+                StepOutcome.NEEDS_ATTENTION,
+                f"gave up after {failures + 1} attempts: {error.message}",
             )
         delay = min(2.0 ** (failures + 1), MAX_BACKOFF_S)
         return StepResult(
@@ -300,7 +302,10 @@ class Engine:
                 )
 
     def _record_row(self, run, result, row) -> None:
-        outcome = StepOutcome.FAILED if result.outcome == NEEDS_ATTENTION else result.outcome
+        # The step's row says the step failed; the run's status says it needs attention.
+        outcome = result.outcome
+        if outcome == StepOutcome.NEEDS_ATTENTION:
+            outcome = StepOutcome.FAILED
         if row is None:
             # Polling steps write a row only when their outcome changes; repeated
             # "still waiting" polls refresh that row's message instead of adding rows.
@@ -340,8 +345,9 @@ class Engine:
             if run.status == RunStatus.RUNNING:
                 return self._transition(run, RunStatus.WAITING, result.message, fields, guard)
             return self._update(run, {**fields, "message": result.message[:500]}, guard)
-        target = RunStatus.NEEDS_ATTENTION if outcome == NEEDS_ATTENTION else RunStatus.FAILED
-        return self._transition(run, target, result.message, fields, guard)
+        if outcome == StepOutcome.NEEDS_ATTENTION:
+            return self._transition(run, RunStatus.NEEDS_ATTENTION, result.message, fields, guard)
+        return self._transition(run, RunStatus.FAILED, result.message, fields, guard)
 
     def _transition(self, run, status, message, fields, guard) -> bool:
         # A step that was waiting finished the plan: waiting -> running -> succeeded,

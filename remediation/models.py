@@ -39,12 +39,16 @@ class Mode(models.TextChoices):
 
 
 class StepOutcome(models.TextChoices):
+    """What a step came to. NEEDS_ATTENTION stops the run for a human (it parks in the
+    run status of that name); its step's row records it as FAILED."""
+
     STARTED = "started"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     SKIPPED = "skipped"
     WAITING = "waiting"
     DRY_RUN = "dry_run"
+    NEEDS_ATTENTION = "needs_attention"
 
 
 class Policy(models.Model):

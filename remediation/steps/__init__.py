@@ -21,14 +21,12 @@ from remediation.models import Remediation, RemediationJob, StepOutcome
 
 logger = logging.getLogger(__name__)
 
-NEEDS_ATTENTION = "needs_attention"
-
 
 @dataclass(frozen=True)
 class StepResult:
     """What one attempt of a step came to; `retry_after` only for WAITING."""
 
-    outcome: str
+    outcome: StepOutcome
     message: str = ""
     retry_after: timedelta = timedelta(0)
 
@@ -51,7 +49,7 @@ def failed(message: str) -> StepResult:
 
 def needs_attention(message: str) -> StepResult:
     """Stop and ask a human; the run keeps its place and an admin may retry it."""
-    return StepResult(NEEDS_ATTENTION, message)
+    return StepResult(StepOutcome.NEEDS_ATTENTION, message)
 
 
 Validator = Callable[[ClusterBackend, str], tuple[bool, str]]

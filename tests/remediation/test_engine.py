@@ -385,3 +385,23 @@ def test_a_run_whose_record_cannot_be_advanced_is_parked_and_the_others_go_on(si
     assert bad.status_changes.last().to_status == RunStatus.NEEDS_ATTENTION
     good.refresh_from_db()
     assert good.steps.exists()  # advanced all along
+
+
+def test_a_step_that_needs_attention_parks_the_run_with_its_message(synced, engine, monkeypatch):
+    from remediation.steps import STEPS, Step, needs_attention
+
+    why = "the BMC does not answer; power-cycle gpu-02 by hand"
+    step = Step("ask_a_human", lambda run, ctx: needs_attention(why), describe="ask a human")
+    monkeypatch.setitem(STEPS, step.name, step)
+    run = replace_run(steps=[step.name, "uncordon"])
+
+    assert engine.run_once() == 1
+    run.refresh_from_db()
+    assert (run.status, run.message, run.step_name) == (RunStatus.NEEDS_ATTENTION, why, step.name)
+    change = run.status_changes.order_by("id").last()
+    assert (change.from_status, change.to_status, change.message) == (
+        RunStatus.RUNNING,
+        RunStatus.NEEDS_ATTENTION,
+        why,
+    )
+    assert engine.run_once() == 0  # parked until an admin retries or cancels it
