@@ -73,7 +73,7 @@ def seed(nodes: int):
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from sync.cycle import apply_snapshot
+    from sync import apply_snapshot
 
     Cluster.objects.filter(name=CLUSTER).delete()
     cluster = Cluster.objects.create(name=CLUSTER, backend="simulated")
@@ -194,7 +194,7 @@ def replay(cluster, case: Case, window: float) -> list[float]:
     per incident of each batch, in ms."""
     from clusters.models import Node
     from health.ingest import ingest, validate_batch
-    from remediation import policies
+    from remediation import admission
     from remediation.models import Action, Mode, Policy
 
     if case.check_policy:
@@ -215,7 +215,7 @@ def replay(cluster, case: Case, window: float) -> list[float]:
                     result.changed_incident_ids
                 )
     time.sleep(window * 1.2)  # the holds run out: the engine's sweep decides them
-    while policies.decide_due():
+    while admission.decide_due():
         pass
     return timings
 

@@ -32,6 +32,7 @@ from clusters.backends.simulated import (
 )
 from clusters.models import Cluster, Node, NodeStateChange
 from health.models import HealthEvent, Incident
+from remediation import services
 from remediation.models import (
     Action,
     Remediation,
@@ -412,7 +413,7 @@ def _write_engine_rows(runs: list[Remediation]) -> None:
                     worker=ACTOR, started_at=bounds[index], finished_at=ended,
                 )
             )  # fmt: skip
-    RemediationStatusChange.objects.bulk_create(changes, batch_size=BATCH)
+    services.add_past_history(changes, batch_size=BATCH)
     RemediationStep.objects.bulk_create(steps, batch_size=BATCH)
 
 

@@ -110,7 +110,7 @@ class Incident(models.Model):
     event_count = models.PositiveIntegerField(default=0)
     summary = models.CharField(max_length=255, blank=True)
     # Set when a report opens the incident or changes its XIDs or severity; cleared once
-    # the remediation trigger has decided it as it then stood (remediation.policies).
+    # the remediation trigger has decided it as it then stood (remediation.admission).
     decision_due = models.BooleanField(default=False)
     # A decision that raised is retried with backoff (`decide_after`); after a few
     # failures the incident stops waiting and says why (`decision_error`), so that one

@@ -12,8 +12,8 @@ from health.models import HealthEvent, Severity
 from health.queries import filter_events, fold_groups
 from portal.regions import pushable, shared_region
 from remediation.correlation import grouping_rule
+from remediation.deciding import default_for_xid
 from remediation.models import Action, Mode
-from remediation.policies import default_for_xid
 
 FEED_LIMIT = 200
 MODE_WORDS = {

@@ -11,7 +11,7 @@ class RemediationConfig(AppConfig):
         # Registered here rather than when the engine is imported: ingestion runs
         # in the web process, which never imports the engine, and that is where
         # new incidents must turn into remediation runs.
-        from remediation import clearing, policies
+        from remediation import admission, clearing
 
-        policies.register()
+        admission.register()
         clearing.register()

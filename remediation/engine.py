@@ -112,7 +112,7 @@ class Engine:
         return taken
 
     def run_forever(self, *, interval: float = 0.5, stop: threading.Event | None = None) -> None:
-        from remediation.policies import decide_due
+        from remediation.admission import decide_due
 
         stop = stop or threading.Event()
         while not stop.is_set():

@@ -11,7 +11,7 @@ from clusters.models import Node
 from health.live import publish_events
 from health.models import FaultGroup, FaultGroupKind, Incident
 from remediation import actions, services
-from remediation.policies import on_incidents
+from remediation.admission import on_incidents
 
 
 def split(group: FaultGroup, user) -> list[int]:

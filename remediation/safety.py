@@ -41,7 +41,7 @@ DRAINING_ACTIONS = tuple(
     if action not in (Action.NOTIFY, Action.RESTART_APP, Action.UNCORDON)
 )
 CLUSTER_WIDE = ""
-# A run's context names the shared part it drains for (policies._drain_for_part): the
+# A run's context names the shared part it drains for (admission._drain_for_part): the
 # breaker counts all of one part's drains as one node, as the part is one fault.
 PART_KEY = "part_group"
 
@@ -111,7 +111,7 @@ class BreakerLedger:
     """The breaker's counts for one cluster, read once and kept up to date in memory.
 
     A storm's incidents are decided many at a time under the cluster's lock (see
-    policies.on_reported): the counts are read once for all of them, each admitted run
+    admission.on_reported): the counts are read once for all of them, each admitted run
     is added to them, and the refusals are written together (`flush`), instead of
     five queries and two writes per incident. Runs only this ledger's holder admits
     (under the lock) can raise the counts meanwhile; runs that end meanwhile only make

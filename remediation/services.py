@@ -1,14 +1,17 @@
-"""Creating remediation runs and moving them between statuses.
+"""Creating remediation runs, moving them between statuses and writing their history.
 
-The engine, the policies and the admin actions all go through these two
-functions, so a run can only be created under the database's one-active-run-per-
-node constraint and only moved along the transition table, each move with its
-history row and its live update sent after commit.
+The engine, the policies and the admin actions all go through these functions, so a
+run can only be created under the database's one-active-run-per-node constraint and
+only moved along the transition table, each move with its history row and its live
+update sent after commit. History rows are only ever added here, never edited: a note
+that changes no status (`note`) is a row of its own, and a run cancelled for a more
+drastic one (`supersede`) gets its one cancel row once the new run exists, naming it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -35,7 +38,16 @@ from remediation.transitions import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IllegalTransition", "NodeBusy", "create_run", "slurm_reason", "transition"]
+__all__ = [
+    "IllegalTransition",
+    "NodeBusy",
+    "add_past_history",
+    "create_run",
+    "note",
+    "slurm_reason",
+    "supersede",
+    "transition",
+]
 
 REASON_LIMIT = 255
 MESSAGE_LIMIT = 500
@@ -128,26 +140,115 @@ def transition(
     """
     previous = RunStatus(run.status)
     check_transition(previous, new_status)
-    new = RunStatus(new_status)
     now = timezone.now()
-    values = {"status": new, "updated_at": now, **fields}
+    with transaction.atomic():
+        if not _move(run, new_status, message, now, guard, fields):
+            return False
+        _record(run, previous, new_status, message, actor or "engine", now)
+    _publish_after_commit(run)
+    return True
+
+
+def note(run: Remediation, message: str, *, actor: str, **fields) -> bool:
+    """A history row that changes no status (an incident joined the run, say), with the
+    run's `fields` (its context) updated in the same transaction.
+
+    The row records the status it matched: read again once if the engine moved the run
+    meanwhile. False (and nothing written) when the run moved twice under us.
+    """
+    for attempt in (1, 2):
+        # No savepoint of its own: inside a decision pass the incident's savepoint holds.
+        with transaction.atomic(savepoint=False):
+            matched = Remediation.objects.filter(pk=run.pk, status=run.status)
+            if not fields or matched.update(**fields):
+                for name, value in fields.items():
+                    setattr(run, name, value)
+                _record(run, run.status, run.status, message, actor, timezone.now())
+                return True
+        if attempt == 1:
+            run.refresh_from_db(fields=["status"])
+    return False
+
+
+def supersede(
+    old: Remediation, start: Callable[[], Remediation | None], *, why: str, actor: str
+) -> Remediation | None:
+    """Cancel `old` and start the run that takes its place, in one transaction, or neither.
+
+    The node holds one active run at a time, so `old` is cancelled before `start` creates
+    its successor; the cancel's history row is written once the successor exists, naming
+    it (`superseded by run N: why`), and `old.superseded_by` points at it. When `start`
+    starts nothing (the breaker refused, the node was taken) the cancel is rolled back
+    and the milder run goes on. None when nothing was started, `old.status` then being
+    the status it was last read in.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        cancelled = _cancel_as_read(old, now)
+        if cancelled is None:
+            return None
+        previous, read = cancelled
+        new = start()
+        if new is None:
+            transaction.set_rollback(True)  # the cancel, and anything `start` wrote
+            for name, value in read.items():
+                setattr(old, name, value)
+            return None
+        message = f"superseded by run {new.pk}: {why}"[:MESSAGE_LIMIT]
+        Remediation.objects.filter(pk=old.pk).update(superseded_by=new, message=message)
+        old.superseded_by, old.message = new, message
+        _record(old, previous, RunStatus.CANCELLED, message, actor, now)
+    _publish_after_commit(old)
+    return new
+
+
+def add_past_history(changes: list[RemediationStatusChange], *, batch_size: int) -> None:
+    """Append, in bulk, the history of runs that were never live (the demo's synthetic
+    past): rows only ever added, as everywhere else."""
+    RemediationStatusChange.objects.bulk_create(changes, batch_size=batch_size)
+
+
+# What `_move` may change on a run in memory, for `supersede` to put back on a rollback.
+_MOVED_FIELDS = ("status", "updated_at", "message", "finished_at", "claimed_by", "claimed_until")
+
+
+def _cancel_as_read(run: Remediation, now) -> tuple[RunStatus, dict] | None:
+    """Cancel `run` from the status it is in now, read again once if the engine moved it
+    meanwhile (running -> waiting): (the status it was cancelled from, its fields as they
+    were read), or None when it is no longer active."""
+    for attempt in (1, 2):
+        if attempt == 2:
+            run.refresh_from_db()
+            if not run.is_active:
+                return None
+        previous = RunStatus(run.status)
+        read = {name: getattr(run, name) for name in _MOVED_FIELDS}
+        check_transition(previous, RunStatus.CANCELLED)
+        if _move(run, RunStatus.CANCELLED, "", now):
+            return previous, read
+    return None
+
+
+def _move(run, new_status, message, now, guard=None, fields=None) -> bool:
+    """The conditional UPDATE of a move the caller checked against the table, matching the
+    status that was read (and `guard`), and what it means for the node. The caller holds
+    the transaction and writes the history row."""
+    previous = RunStatus(run.status)
+    new = RunStatus(new_status)
+    values = {"status": new, "updated_at": now, **(fields or {})}
     if message:
         values["message"] = message[:MESSAGE_LIMIT]
     if new in TERMINAL:
         values.update(finished_at=now, claimed_by="", claimed_until=None)
-    with transaction.atomic():
-        candidates = Remediation.objects.filter(pk=run.pk, status=previous)
-        changed = candidates.filter(**(guard or {})).update(**values)
-        if not changed:
-            return False
-        for name, value in values.items():
-            setattr(run, name, value)
-        _record(run, previous, new, message, actor or "engine", now)
-        if new == RunStatus.RUNNING:
-            _mark_node(run, active=True)
-        elif new in TERMINAL:
-            _mark_node(run, active=False)
-    _publish_after_commit(run)
+    candidates = Remediation.objects.filter(pk=run.pk, status=previous)
+    if not candidates.filter(**(guard or {})).update(**values):
+        return False
+    for name, value in values.items():
+        setattr(run, name, value)
+    if new == RunStatus.RUNNING:
+        _mark_node(run, active=True)
+    elif new in TERMINAL:
+        _mark_node(run, active=False)
     return True
 
 

@@ -20,7 +20,7 @@ from clusters.models import Cluster, Node
 from core.roles import ANY_ROLE, Role, role_required
 from health.models import Incident
 from portal.regions import pushable, shared_region
-from remediation import actions, policies, services
+from remediation import actions, admission, services
 from remediation.forms import (
     ActionRequestForm,
     DecisionForm,
@@ -29,6 +29,7 @@ from remediation.forms import (
     RunFilterForm,
 )
 from remediation.models import Action, Policy, Remediation, Trigger
+from remediation.replay import replay as replay_policies
 from remediation.services import RUNS_REGION
 from remediation.transitions import RunStatus
 
@@ -143,7 +144,7 @@ def approvals(request):
     context = {
         "queue": queue,
         "form": DecisionForm(),
-        "undecidable": policies.undecidable()[:UNDECIDABLE_SHOWN],
+        "undecidable": admission.undecidable()[:UNDECIDABLE_SHOWN],
     }
     return render(request, "remediation/approvals.html", context)
 
@@ -152,7 +153,7 @@ def approvals(request):
 @role_required(Role.ADMIN)
 def decide_incident_again(request, pk: int):
     incident = get_object_or_404(Incident, pk=pk)
-    decisions = policies.decide_again(incident)
+    decisions = admission.decide_again(incident)
     outcome = decisions[0].outcome or decisions[0].reason if decisions else "decided"
     messages.success(request, f"Incident {pk} on {incident.node.name}: {outcome}.")
     return redirect(_next_url(request, reverse("remediation-approvals")))
@@ -193,7 +194,7 @@ def replay(request):
     form = ReplayForm(request.GET or None)
     decisions = None
     if form.is_bound and form.is_valid():
-        decisions = policies.replay(*form.period())
+        decisions = replay_policies(*form.period())
     status = 400 if form.is_bound and form.errors else 200
     context = {"form": form, "decisions": decisions, "summary": _summary(decisions or [])}
     return render(request, "remediation/replay.html", context, status=status)

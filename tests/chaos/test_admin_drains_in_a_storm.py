@@ -18,7 +18,7 @@ from django.db import close_old_connections, connection
 
 from clusters.models import Node
 from health.models import Incident
-from remediation import policies
+from remediation import admission
 from remediation.engine import Engine
 from remediation.models import Action, BreakerRefusal, Remediation, Trigger
 from remediation.services import create_run
@@ -79,7 +79,7 @@ def test_a_storm_after_admin_drains_past_the_breakers_limit_leaves_every_inciden
     names = sorted(info.name for info in storm_sim.nodes())
 
     report_from_threads(storm_batches(names))
-    policies.decide_due()  # the engine's sweep, as its worker runs it before each pass
+    admission.decide_due()  # the engine's sweep, as its worker runs it before each pass
     Engine("storm", backend=storm_sim, fleet=storm_sim).run_once()
 
     assert Incident.objects.count() == len(names) * GPUS

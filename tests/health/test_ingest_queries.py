@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from clusters.models import Node
 from health import ingest
 from health.models import HealthEvent, Incident, NodeToken
-from remediation import policies
+from remediation import admission
 from remediation.models import Remediation
 
 URL = "/api/v1/health/events/"
@@ -104,7 +104,7 @@ def test_an_incident_that_already_has_a_run_is_answered_in_one_query(
         incident_id = ingest_xid("gpu-02", 79).incident_ids[0]
     assert Remediation.objects.filter(incident_id=incident_id).count() == 1
     with CaptureQueriesContext(connection) as captured:
-        decisions = policies.on_incidents([incident_id])
+        decisions = admission.on_incidents([incident_id])
     assert [decision.outcome for decision in decisions] == ["already handled"]
     # The policies, then the incidents with their node and whether a run has them.
     assert len(captured) == 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from remediation import policies
-from remediation.models import Action, Remediation
+from remediation import admission
+from remediation.models import Action, Remediation, RemediationStatusChange
 from remediation.transitions import RunStatus
 from tests.remediation.conftest import ingest_xid
 
@@ -56,7 +56,7 @@ def test_an_equal_or_milder_fault_joins_the_active_run_and_says_so(
     run = Remediation.objects.get()
     with django_capture_on_commit_callbacks(execute=True):
         result = ingest_xid("gpu-02", 31, gpu=1)
-    decisions = policies.on_incidents(result.incident_ids)
+    decisions = admission.on_incidents(result.incident_ids)
 
     assert Remediation.objects.count() == 1
     run.refresh_from_db()
@@ -83,3 +83,57 @@ def test_a_quarantine_is_never_superseded(synced, django_capture_on_commit_callb
     quarantine.refresh_from_db()
     assert quarantine.status == RunStatus.RUNNING
     assert Remediation.objects.count() == 1
+
+
+def history():
+    """Every history row as it stands: (id, run, from, to, message, actor, when)."""
+    return list(
+        RemediationStatusChange.objects.order_by("id").values_list(
+            "id", "remediation_id", "from_status", "to_status", "message", "actor", "at"
+        )
+    )
+
+
+def test_joining_and_superseding_only_ever_add_history_rows(
+    synced, django_capture_on_commit_callbacks
+):
+    ingest("gpu-02", 31, 1, django_capture_on_commit_callbacks)
+    before_join = history()
+    ingest("gpu-02", 13, 2, django_capture_on_commit_callbacks)  # as mild: joins
+    after_join = history()
+    ingest("gpu-02", 48, 4, django_capture_on_commit_callbacks)  # more drastic: supersedes
+    after_supersede = history()
+
+    assert after_join[: len(before_join)] == before_join
+    assert len(after_join) == len(before_join) + 1
+    assert after_join[-1][4].startswith("joined by incident")
+    assert after_supersede[: len(after_join)] == after_join
+    milder = Remediation.objects.get(action=Action.RESTART_APP)
+    cancel = [row for row in after_supersede[len(after_join) :] if row[1] == milder.pk]
+    assert [(row[2], row[3]) for row in cancel] == [
+        (RunStatus.AWAITING_APPROVAL, RunStatus.CANCELLED)
+    ]
+    assert cancel[0][4].startswith(f"superseded by run {milder.superseded_by_id}: XID 48")
+
+
+def test_a_supersede_the_breaker_refuses_leaves_the_milder_run_and_its_history_as_they_were(
+    big_sim, django_capture_on_commit_callbacks
+):
+    from remediation.models import BreakerRefusal, Mode, Policy
+
+    # Automatic drains: the breaker allows two of the twenty training nodes at once.
+    Policy.objects.create(xid=31, action=Action.RESTART_APP, mode=Mode.APPROVAL)
+    Policy.objects.create(xid=48, action=Action.REPLACE, mode=Mode.AUTOMATIC)
+    for name in ("gpu-01", "gpu-02"):
+        ingest(name, 48, 4, django_capture_on_commit_callbacks)
+    ingest("gpu-03", 31, 1, django_capture_on_commit_callbacks)
+    milder = Remediation.objects.get(node__name="gpu-03")
+    before = history()
+
+    ingest("gpu-03", 48, 4, django_capture_on_commit_callbacks)
+
+    milder.refresh_from_db()
+    assert milder.status == RunStatus.AWAITING_APPROVAL and milder.superseded_by_id is None
+    assert Remediation.objects.filter(node__name="gpu-03").count() == 1
+    assert BreakerRefusal.objects.filter(node__name="gpu-03", action=Action.REPLACE).exists()
+    assert history() == before

@@ -13,9 +13,9 @@ from clusters.backends.base import JobSubmission
 from health.models import FaultGroup, Incident
 from jobs.models import Job
 from jobs.timeline import build_timeline
-from remediation import policies, safety
+from remediation import admission, safety
 from remediation.models import Remediation
-from sync.cycle import apply_snapshot
+from sync import apply_snapshot
 from tests.remediation.conftest import ingest_xid
 
 FOUR_NODES = (
@@ -82,7 +82,7 @@ def test_a_lone_nodes_application_fault_on_a_multi_node_job_is_decided_after_the
         opened_at=timezone.now() - timedelta(seconds=31),
         decide_after=timezone.now(),
     )
-    policies.decide_due()
+    admission.decide_due()
     run = Remediation.objects.get()  # as today: restart the jobs, for an admin's approval
     assert run.incident_id == incident and run.action == "restart_app"
     assert not FaultGroup.objects.exists()

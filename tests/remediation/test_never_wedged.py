@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from clusters.models import Node
 from health.models import Incident
-from remediation import policies, safety
+from remediation import admission, safety
 from remediation.models import Action, BreakerRefusal, BreakerTrip, Remediation, Trigger
 from remediation.services import create_run
 from tests.remediation.conftest import ingest_xid
@@ -57,15 +57,15 @@ def test_an_incident_whose_decision_fails_is_retried_then_shown_undecidable_and_
     with transaction.atomic():  # corrupted before its decision, made after commit
         bad = ingest_xid("gpu-01", 48, gpu=0).incident_ids[0]
         corrupt(bad)
-    for attempt in range(1, policies.MAX_DECISION_FAILURES + 1):
+    for attempt in range(1, admission.MAX_DECISION_FAILURES + 1):
         good = ingest_xid(f"gpu-{attempt + 1:02d}", 48, gpu=1).incident_ids[0]
         # The good incident is decided; the bad one is counted and waits out its backoff.
         assert Remediation.objects.filter(incident_id=good).exists()
         incident = Incident.objects.get(pk=bad)
         assert incident.decision_failures == attempt
-        if attempt < policies.MAX_DECISION_FAILURES:
+        if attempt < admission.MAX_DECISION_FAILURES:
             assert incident.decision_due and incident.decide_after > timezone.now()
-            assert policies.decide_due() == 0  # still backing off: not tried again
+            assert admission.decide_due() == 0  # still backing off: not tried again
             back_off_over(bad)
     assert not incident.decision_due
     assert incident.decision_error.startswith("could not be decided: TypeError")

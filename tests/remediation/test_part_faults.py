@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from health.models import FaultGroup, FaultGroupKind, Incident
-from remediation import policies
+from remediation import admission
 from remediation.models import Action, BreakerRefusal, Remediation
 from tests.remediation.conftest import ingest_xid
 
@@ -35,7 +35,7 @@ def test_a_leaf_switch_failure_drains_its_sixteen_nodes_and_holds_their_replaces
     with django_capture_on_commit_callbacks(execute=True):
         for name in LEAF:
             ingest_xid(name, 79, gpu=0)
-        policies.decide_due()  # the engine's sweep picks up those held meanwhile
+        admission.decide_due()  # the engine's sweep picks up those held meanwhile
 
     group = FaultGroup.objects.get()
     assert (group.kind, group.part, group.admitted) == (FaultGroupKind.PART, "switch leaf1", True)
@@ -55,7 +55,7 @@ def test_a_leaf_switch_failure_drains_its_sixteen_nodes_and_holds_their_replaces
     Incident.objects.filter(pk=lone).update(
         opened_at=timezone.now() - timedelta(seconds=31), decide_after=timezone.now()
     )
-    policies.decide_due()
+    admission.decide_due()
     assert Remediation.objects.get(incident_id=lone).action == Action.REPLACE
 
 
@@ -70,7 +70,7 @@ def test_one_node_under_a_switch_is_held_for_the_window_then_decided_as_its_own(
     Incident.objects.filter(pk=incident).update(
         opened_at=timezone.now() - timedelta(seconds=31), decide_after=timezone.now()
     )
-    policies.decide_due()
+    admission.decide_due()
     assert Remediation.objects.get().action == Action.REPLACE
     assert not FaultGroup.objects.exists()
 
@@ -90,7 +90,7 @@ def test_the_parts_page_shows_its_nodes_events_and_runs_and_an_admin_decides_on_
     with django_capture_on_commit_callbacks(execute=True):
         for name in LEAF[:4]:
             ingest_xid(name, 79, gpu=0)
-        policies.decide_due()
+        admission.decide_due()
     group = FaultGroup.objects.get()
 
     client.force_login(researcher)

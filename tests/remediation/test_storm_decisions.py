@@ -18,7 +18,7 @@ from clusters.models import Cluster
 from core import live
 from health import ingest
 from health.models import Incident
-from remediation import policies
+from remediation import admission
 from remediation.engine import Engine
 from remediation.models import BreakerRefusal, BreakerTrip, Remediation
 from tests.remediation.conftest import ingest_xid
@@ -70,12 +70,12 @@ def test_a_pass_reads_the_breaker_once_however_many_incidents_it_refuses(
 ):
     names = train_nodes(big_sim)
     first = report_without_deciding(names[:4], django_capture_on_commit_callbacks)
-    policies.on_incidents(first)  # two runs, two refusals: the breaker is now open
+    admission.on_incidents(first)  # two runs, two refusals: the breaker is now open
     counts = []
     for group in (names[4:8], names[8:20]):
         ids = report_without_deciding(group, django_capture_on_commit_callbacks)
         with CaptureQueriesContext(connection) as captured:
-            policies.on_incidents(ids[:1])
+            admission.on_incidents(ids[:1])
         first += ids
         assert decided_exactly_once(first)
         counts.append(len(not_savepoints(captured)))
@@ -90,7 +90,7 @@ def test_an_incident_that_grew_a_new_xid_while_waiting_is_decided_on_all_of_them
     with django_capture_on_commit_callbacks(execute=False):
         ingest_xid("gpu-02", 31)
         grown = ingest_xid("gpu-02", 48).incident_ids[0]
-    (decision,) = policies.on_incidents([grown])
+    (decision,) = admission.on_incidents([grown])
     run = Remediation.objects.get()
     assert run.incident_id == grown and decision.xid == 48
     assert sorted(run.context["xids"]) == [31, 48]
@@ -101,7 +101,7 @@ def test_a_pass_decides_only_its_own_clusters_waiting_incidents(
     big_sim, django_capture_on_commit_callbacks
 ):
     from clusters.backends.simulated import SimulatedCluster
-    from sync.cycle import apply_snapshot
+    from sync import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")
@@ -109,11 +109,11 @@ def test_a_pass_decides_only_its_own_clusters_waiting_incidents(
     theirs = report_without_deciding(train_nodes(other)[:3], django_capture_on_commit_callbacks)
     ours = report_without_deciding(train_nodes(big_sim)[:3], django_capture_on_commit_callbacks)
 
-    policies.on_incidents(ours[:1])
+    admission.on_incidents(ours[:1])
 
     assert decided_exactly_once(ours)
     assert Incident.objects.filter(pk__in=theirs, decision_due=True).count() == 3
-    policies.decide_due()  # the engine's sweep: their own cluster's pass
+    admission.decide_due()  # the engine's sweep: their own cluster's pass
     assert decided_exactly_once([*ours, *theirs])
 
 
@@ -142,7 +142,7 @@ def test_a_pass_that_starts_many_runs_sends_their_nodes_tiles_from_one_read(
             ids = [ingest_xid(name, 79).incident_ids[0] for name in group]
         layer.sent.clear()
         with CaptureQueriesContext(connection) as captured:
-            policies.on_reported(ids[-1:])
+            admission.on_reported(ids[-1:])
 
         assert Remediation.objects.filter(incident__in=ids).count() == len(group)
         tiles = [m["html"] for g, m in layer.sent if g == live.BOARD_GROUP and "html" in m]
@@ -221,7 +221,7 @@ class TestOnPostgreSQL:
                 barrier.wait(10)
                 with transaction.atomic():
                     result = ingest_xid(name, 79)
-                policies.on_reported(result.incident_ids)
+                admission.on_reported(result.incident_ids)
                 incidents.extend(result.incident_ids)
             finally:
                 connection.close()
@@ -231,7 +231,7 @@ class TestOnPostgreSQL:
             thread.start()
         for thread in threads:
             thread.join(60)
-        policies.decide_due()  # the engine's sweep, for any that arrived as a pass ended
+        admission.decide_due()  # the engine's sweep, for any that arrived as a pass ended
 
         assert len(incidents) == 20
         assert decided_exactly_once(incidents)

@@ -5,7 +5,7 @@ from django.utils import timezone
 
 from clusters.models import Node, Partition
 from health.models import Incident
-from remediation import policies, safety
+from remediation import admission, safety
 from remediation.models import (
     Action,
     BreakerRefusal,
@@ -16,6 +16,7 @@ from remediation.models import (
     StepOutcome,
     Trigger,
 )
+from remediation.replay import replay
 from remediation.transitions import RunStatus
 from tests.remediation.conftest import drive, ingest_xid
 
@@ -94,7 +95,7 @@ def test_replay_says_what_the_policies_would_have_done_and_changes_nothing(synce
     ingest_xid("gpu-04", 48, gpu=1, ago=timedelta(days=3))
     Policy.objects.create(xid=13, action=Action.NOTIFY, mode=Mode.AUTOMATIC)
     now = timezone.now()
-    decisions = policies.replay(now - timedelta(days=1), now)
+    decisions = replay(now - timedelta(days=1), now)
     assert [(d.node, d.xid, d.action, d.mode) for d in decisions] == [
         ("gpu-02", 79, Action.REPLACE, Mode.AUTOMATIC),
         ("gpu-03", 13, Action.NOTIFY, Mode.AUTOMATIC),
@@ -105,7 +106,7 @@ def test_replay_says_what_the_policies_would_have_done_and_changes_nothing(synce
 
 def test_replay_refuses_naive_datetimes(synced):
     with pytest.raises(ValueError):
-        policies.replay(timezone.now().replace(tzinfo=None), timezone.now())
+        replay(timezone.now().replace(tzinfo=None), timezone.now())
 
 
 def test_an_event_storm_drains_no_more_nodes_than_the_breaker_allows(
@@ -133,7 +134,7 @@ def test_each_incident_the_breaker_refuses_is_written_down_with_its_reason(
             ingest_xid(name, 79)
     with django_capture_on_commit_callbacks(execute=False):
         last = ingest_xid(names[-1], 79)
-    (outcome,) = policies.on_incidents(last.incident_ids)
+    (outcome,) = admission.on_incidents(last.incident_ids)
     acted = {run.incident_id for run in Remediation.objects.all()}
     refusals = list(BreakerRefusal.objects.order_by("id"))
     assert len(acted) == 2 and len(refusals) == 18
@@ -228,7 +229,7 @@ def test_runs_in_another_cluster_count_towards_that_clusters_breaker_only(
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
     from remediation.services import create_run
-    from sync.cycle import apply_snapshot
+    from sync import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")
