@@ -73,7 +73,7 @@ def seed(nodes: int):
     from clusters.backends import registry
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
-    from sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     Cluster.objects.filter(name=CLUSTER).delete()
     cluster = Cluster.objects.create(name=CLUSTER, backend="simulated")

@@ -15,7 +15,7 @@ from jobs.models import Job
 from jobs.timeline import build_timeline
 from remediation import admission, safety
 from remediation.models import Remediation
-from sync import apply_snapshot
+from sync.cycle import apply_snapshot
 from tests.remediation.conftest import ingest_xid
 
 FOUR_NODES = (

@@ -101,7 +101,7 @@ def test_a_pass_decides_only_its_own_clusters_waiting_incidents(
     big_sim, django_capture_on_commit_callbacks
 ):
     from clusters.backends.simulated import SimulatedCluster
-    from sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")

@@ -229,7 +229,7 @@ def test_runs_in_another_cluster_count_towards_that_clusters_breaker_only(
     from clusters.backends.simulated import SimulatedCluster
     from clusters.models import Cluster
     from remediation.services import create_run
-    from sync import apply_snapshot
+    from sync.cycle import apply_snapshot
 
     other = SimulatedCluster.standard(train=20, infer=0, spare=2, prefix="other", seed=4)
     elsewhere = Cluster.objects.create(name="elsewhere", backend="simulated")
