@@ -442,15 +442,11 @@ def _progress_rows(row, job: _Job) -> list[tuple]:
 
 
 def _create_progress(rows: list[tuple]) -> None:
-    from django.apps import apps
+    from jobs.models import JobProgress
 
-    try:
-        progress = apps.get_model("jobs", "JobProgress")
-    except LookupError:
-        return  # this install cannot record progress; lost work stays unknown
-    progress.objects.bulk_create(
+    JobProgress.objects.bulk_create(
         (
-            progress(
+            JobProgress(
                 job=job, step=index + 1, checkpoint_saved=saved, restart_count=restarts,
                 reported_at=at,
             )

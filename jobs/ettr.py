@@ -80,10 +80,6 @@ class JobEttr:
         return max(0.0, self.running_s - lost)
 
     @property
-    def other_s(self) -> float:
-        return max(0.0, self.wall_s - self.productive_s - sum(self.badput.values()))
-
-    @property
     def ettr(self) -> float | None:
         return self.productive_s / self.wall_s if self.wall_s > 0 else None
 

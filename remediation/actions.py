@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.apps import apps
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Max
@@ -20,7 +19,7 @@ from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
 from clusters.status import POOL_FOR_PARTITION
 from core.roles import is_admin
-from jobs.models import Job, JobState
+from jobs.models import Job, JobProgress, JobState
 from remediation import services, spares
 from remediation.models import (
     Action,
@@ -434,12 +433,8 @@ def last_checkpoints(job_pks: list[int]) -> dict[int, datetime]:
     """When each job last reported a saved checkpoint, by job pk; {} if unknown."""
     if not job_pks:
         return {}
-    try:
-        progress = apps.get_model("jobs", "JobProgress")
-    except LookupError:  # progress reports are optional: older databases lack them
-        return {}
     rows = (
-        progress.objects.filter(job_id__in=job_pks, checkpoint_saved=True)
+        JobProgress.objects.filter(job_id__in=job_pks, checkpoint_saved=True)
         .values("job_id")
         .annotate(at=Max("reported_at"))
     )

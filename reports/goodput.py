@@ -8,15 +8,14 @@ productive = allocated - lost work - recovery time, where
 - recovery time is GPUs x the time from a restarted job's start until its
   first progress report (reloading the checkpoint, warming up).
 Both need the job's progress reports (`jobs.JobProgress`); for jobs that never
-reported, or when that model does not exist, they are unknown and counted as
-zero, and the report says how many interruptions that affects.
+reported they are unknown and counted as zero, and the report says how many
+interruptions that affects.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from django.apps import apps
 from django.db.models import (
     Case,
     F,
@@ -36,6 +35,7 @@ from jobs.models import (
     INTERRUPTED_STATES,
     INTERRUPTION,
     Job,
+    JobProgress,
     JobState,
     JobStateChange,
 )
@@ -55,14 +55,6 @@ TOP_JOBS = 50
 # How far a job's state changes may lie outside its start and its last update: the
 # sync stamps changes with the portal's clock, Slurm its start time with slurmctld's.
 CLOCK_SLACK = timedelta(minutes=1)
-
-
-def progress_model():
-    """`jobs.JobProgress` if it is installed; None leaves lost work unknown."""
-    try:
-        return apps.get_model("jobs", "JobProgress")
-    except LookupError:
-        return None
 
 
 def _keys(fields: list[str], prefix: str) -> dict:
@@ -162,7 +154,7 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
     return {key: held[key] for key in ranked[:limit]}
 
 
-def _stops(span: Span, progress):
+def _stops(span: Span):
     """State changes annotated with what lost work and recovery need (windows + subqueries)."""
     rows = JobStateChange.objects.filter(at__lt=span.data_end).filter(
         Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.start)
@@ -172,14 +164,14 @@ def _stops(span: Span, progress):
     at_off = span.offset(F("at"))
     previous_at = Window(Lag("at"), partition_by=by_job, order_by=order)
     next_at = Window(Lead("at"), partition_by=by_job, order_by=order)
-    checkpoint = progress.objects.filter(
+    checkpoint = JobProgress.objects.filter(
         job=OuterRef("job_id"), checkpoint_saved=True, reported_at__lte=OuterRef("at")
     ).order_by("-reported_at")
-    first_report = progress.objects.filter(
+    first_report = JobProgress.objects.filter(
         job=OuterRef("job_id"), reported_at__gte=OuterRef("at")
     ).order_by("reported_at")
     # Not correlated, so PostgreSQL hashes it once instead of probing per row.
-    reports = Q(job_id__in=progress.objects.values("job_id"))
+    reports = Q(job_id__in=JobProgress.objects.values("job_id"))
     rows = rows.annotate(
         w=F("job__gpus"),
         run_state=F("to_state"),
@@ -226,11 +218,10 @@ def losses(
 ) -> dict[tuple, dict]:
     """Per combination of `fields`: lost and recovery GPU-seconds, interruptions of unknown
     loss, from the histories of the `interrupted` jobs (see interrupted_jobs)."""
-    progress = progress_model()
-    if progress is None or not interrupted:
+    if not interrupted:
         return {}
     names = [f"g{index}" for index in range(len(fields))]
-    rows = _stops(span, progress).filter(job_id__in=interrupted)
+    rows = _stops(span).filter(job_id__in=interrupted)
     rows = rows.annotate(**_keys(fields, "job__"))
     if job_ids is not None:
         rows = rows.filter(job__slurm_id__in=job_ids)
@@ -328,9 +319,7 @@ def goodput(query: ReportQuery) -> Report:
         "goodput_pct": percent(kept, held),
         "unknown_interruptions": sum(row["unknown_interruptions"] for row in rows),
     }
-    if progress_model() is None:
-        report.notes.append("Jobs cannot report progress here, so lost work is unknown.")
-    elif report.summary["unknown_interruptions"]:
+    if report.summary["unknown_interruptions"]:
         report.notes.append(
             "Some interrupted jobs never reported progress; their lost work is unknown "
             "and not subtracted."

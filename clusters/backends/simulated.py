@@ -299,9 +299,6 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
         except KeyError:
             raise BackendError(f"Invalid node name specified: {name}", permanent=True) from None
 
-    def _gpus_used(self, node: SimNode) -> int:
-        return self._gpus_used_by_node().get(node.name, 0)
-
     def _gpus_used_by_node(self) -> dict[str, int]:
         # One pass over the jobs for every node: per node it was nodes x jobs, minutes
         # for 12,500 nodes and 60,000 jobs.
