@@ -1,6 +1,8 @@
 """medbay-launch: the auto-resume launcher that runs inside a Medbay batch script.
 
-Runs on compute nodes, so it imports no Django and only the standard library.
+Runs on compute nodes, so it imports no Django and nothing beyond the standard
+library but clusters/backends/slurm_syntax.py, which reads hostlists as the
+Slurm parsers do.
 
     medbay-launch [--torchrun] [--nproc-per-node N] -- COMMAND...
         On the batch host: reads the job's nodes from scontrol, sets MASTER_ADDR,
@@ -28,6 +30,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+
+from clusters.backends.slurm_syntax import expand_hostlist
 
 DEFAULT_MASTER_PORT = 29500
 SCONTROL_TIMEOUT_S = 15
@@ -70,51 +74,6 @@ def parse_scontrol_job(text: str) -> JobInfo | None:
 def _scontrol_field(record: str, key: str) -> str | None:
     match = re.search(SCONTROL_FIELD_RE.format(key=re.escape(key)), record)
     return match.group(1) if match else None
-
-
-def expand_hostlist(expression: str) -> list[str]:
-    """Expand a Slurm hostlist such as `gpu-[01-02,05],cpu1` into host names, in order."""
-    hosts: list[str] = []
-    for item in _split_top_level(expression.strip()):
-        hosts.extend(_expand_item(item))
-    return hosts
-
-
-def _split_top_level(expression: str) -> list[str]:
-    # Commas inside brackets separate ranges, outside they separate hosts.
-    items, depth, current = [], 0, []
-    for ch in expression:
-        depth += {"[": 1, "]": -1}.get(ch, 0)
-        if ch == "," and depth == 0:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    items.append("".join(current))
-    return [item for item in items if item]
-
-
-def _expand_item(item: str) -> list[str]:
-    match = re.search(r"\[([^\]]*)\]", item)
-    if not match:
-        return [item]
-    prefix, suffix = item[: match.start()], item[match.end() :]
-    # A later bracket (rack[1-2]-node[01-02]) expands as a cartesian product.
-    tails = _expand_item(suffix)
-    return [prefix + number + tail for number in _expand_ranges(match.group(1)) for tail in tails]
-
-
-def _expand_ranges(ranges: str) -> list[str]:
-    numbers = []
-    for part in ranges.split(","):
-        low, _, high = part.partition("-")
-        if not high:
-            numbers.append(low)
-            continue
-        # Slurm keeps the zero padding of the lower bound: [08-10] -> 08, 09, 10.
-        width = len(low)
-        numbers.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
-    return numbers
 
 
 def read_job_info(job_id: str, env: dict[str, str], run=subprocess.run) -> JobInfo | None:

@@ -30,6 +30,7 @@ from clusters.backends.base import (
 )
 from clusters.backends.capabilities import ReadsNodesByName, RepairsGpus, ReportsGpuHealth
 from clusters.backends.job_files import expand_output_pattern
+from clusters.backends.slurm_syntax import duration_minutes
 
 # Llama 3 405B pre-training: 419 unexpected interruptions in 54 days on 16,384
 # GPUs, about 58% of them GPU-related (Meta, "The Llama 3 Herd of Models").
@@ -499,7 +500,7 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
                 duration=timedelta(minutes=self.rng.randint(30, 600)),
                 script=submission.script,
                 requeue="no-requeue" not in directives,
-                time_limit_minutes=_minutes(directives.get("time")),
+                time_limit_minutes=duration_minutes(directives.get("time")),
             )
 
     def _default_partition(self) -> str:
@@ -863,21 +864,3 @@ def _gpus_from_directives(directives: dict[str, str]) -> int:
     if gres.startswith("gpu"):
         return int(gres.split(":")[-1])
     return 0
-
-
-def _minutes(time_limit: str | None) -> int | None:
-    """Slurm's `--time` formats: MM, HH:MM:SS, D-HH:MM:SS, D-HH."""
-    if not time_limit:
-        return None
-    days = 0
-    if "-" in time_limit:
-        day_part, time_limit = time_limit.split("-", 1)
-        days = int(day_part)
-    parts = [int(p) for p in time_limit.split(":")]
-    if len(parts) == 1:
-        minutes = parts[0] if not days else parts[0] * 60
-    elif len(parts) == 2:
-        minutes = parts[0] * 60 + parts[1] if days else parts[0]
-    else:
-        minutes = parts[0] * 60 + parts[1]
-    return days * 24 * 60 + minutes

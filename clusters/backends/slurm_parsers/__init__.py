@@ -14,10 +14,12 @@ version number so that one function serves both:
 
 Nothing here runs a command or imports Django.
 
-The parsers live by format and kind: values.py (numbers, times, hostlists, GRES,
-node states), text.py (scontrol text, slurm.conf, config), json_nodes.py and
+The parsers live by format and kind: values.py (numbers, times, GRES, node
+states), text.py (scontrol text, slurm.conf, config), json_nodes.py and
 json_jobs.py (JSON, sacct included), json_accounting.py (sacct's finished
-attempts for the accounting import); every name is importable from here.
+attempts for the accounting import); hostlists and durations are read by
+clusters/backends/slurm_syntax.py, which the job launcher shares. Every name is
+importable from here.
 """
 
 from clusters.backends.slurm_parsers.json_accounting import (
@@ -73,19 +75,12 @@ from clusters.backends.slurm_parsers.values import (
     FLAG_ALIASES,
     GRES_PREFIX,
     GRES_SUFFIX,
-    HOST_RANGE,
     LEADING_INT,
-    PARSE_CACHE_SIZE,
     REASON_STAMP,
     SCONTROL_KEY,
-    TEXT_NONE_VALUES,
     UNSET_NUMBERS,
     Gres,
-    duration_minutes,
     epoch_to_datetime,
-    expand_hostlist,
-    expand_one_host_pattern,
-    expand_range,
     first_int,
     gpu_count,
     gpu_model,
@@ -93,12 +88,21 @@ from clusters.backends.slurm_parsers.values import (
     parse_gres,
     plain_number,
     split_node_state,
-    split_outside_brackets,
-    split_top_level,
     text_or_empty,
     text_reason,
     text_time,
     tres_gpus,
+)
+from clusters.backends.slurm_syntax import (
+    HOST_RANGE,
+    PARSE_CACHE_SIZE,
+    TEXT_NONE_VALUES,
+    duration_minutes,
+    expand_hostlist,
+    expand_one_host_pattern,
+    expand_range,
+    split_outside_brackets,
+    split_top_level,
 )
 
 __all__ = [

@@ -27,9 +27,9 @@ from clusters.backends.base import AccountingRecord
 from clusters.backends.slurm_parsers.json_jobs import json_exit_code
 from clusters.backends.slurm_parsers.values import (
     epoch_to_datetime,
-    expand_hostlist,
     plain_number,
 )
+from clusters.backends.slurm_syntax import expand_hostlist
 
 
 class _Tres(msgspec.Struct, frozen=True):

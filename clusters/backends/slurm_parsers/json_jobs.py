@@ -13,13 +13,13 @@ from clusters.backends.base import (
 )
 from clusters.backends.slurm_parsers.values import (
     epoch_to_datetime,
-    expand_hostlist,
     gpu_count,
     is_infinite,
     plain_number,
     text_or_empty,
     tres_gpus,
 )
+from clusters.backends.slurm_syntax import expand_hostlist
 
 # ---------------------------------------------------------------- JSON jobs
 

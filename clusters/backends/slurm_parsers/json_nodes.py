@@ -11,7 +11,6 @@ from clusters.backends.base import (
 )
 from clusters.backends.slurm_parsers.values import (
     epoch_to_datetime,
-    expand_hostlist,
     gpu_count,
     gpu_model,
     plain_number,
@@ -19,6 +18,7 @@ from clusters.backends.slurm_parsers.values import (
     text_or_empty,
     tres_gpus,
 )
+from clusters.backends.slurm_syntax import expand_hostlist
 
 # ---------------------------------------------------------------- JSON nodes
 

@@ -14,8 +14,6 @@ from clusters.backends.base import (
 )
 from clusters.backends.slurm_parsers.values import (
     SCONTROL_KEY,
-    duration_minutes,
-    expand_hostlist,
     first_int,
     gpu_count,
     gpu_model,
@@ -25,6 +23,7 @@ from clusters.backends.slurm_parsers.values import (
     text_time,
     tres_gpus,
 )
+from clusters.backends.slurm_syntax import duration_minutes, expand_hostlist
 
 # ---------------------------------------------------------------- scontrol text
 

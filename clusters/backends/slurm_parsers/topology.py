@@ -10,7 +10,7 @@ Nodes=gpu-[01-32]`). Nothing here reads a file or imports Django.
 
 from __future__ import annotations
 
-from clusters.backends.slurm_parsers.values import expand_hostlist
+from clusters.backends.slurm_syntax import expand_hostlist
 
 # The key a line starts with, and the word a person reads for that kind of part.
 PART_KINDS = {"switchname": "switch", "rack": "rack", "power": "power feed"}
