@@ -178,7 +178,7 @@ def raw_insert(nodes, batches: list[list[list[dict]]], *, copy: bool = False) ->
     itself uses) of the same rows, a transaction per batch, rows built beforehand."""
     from django.db import transaction
 
-    from health.ingest import _copy_rows
+    from health.ingest import copy_rows
     from health.models import HealthEvent
 
     gpu_of = {pci: index for index, pci in enumerate(HGX_BUS_IDS)}
@@ -188,7 +188,7 @@ def raw_insert(nodes, batches: list[list[list[dict]]], *, copy: bool = False) ->
         for node, batches_ in zip(nodes, batches, strict=True)
     ]
     HealthEvent.objects.filter(node__in=nodes).delete()
-    store = _copy_rows if copy else HealthEvent.objects.bulk_create
+    store = copy_rows if copy else HealthEvent.objects.bulk_create
     count = 0
     started = time.perf_counter()
     for sender_rows in prepared:

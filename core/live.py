@@ -296,7 +296,7 @@ def _bump_regions(names: list[str]) -> None:
         return
     keys = [REGION_VERSION_KEY.format(name) for name in names]
     try:
-        client = _redis_client()
+        client = redis_client()
         if client is None:
             for key in keys:
                 _bump_one(key)
@@ -311,7 +311,7 @@ def _bump_regions(names: list[str]) -> None:
         logger.warning("Versions of %d region(s) not bumped", len(names), exc_info=True)
 
 
-def _redis_client():
+def redis_client():
     """The Redis client behind Django's cache, or None for another cache backend.
 
     Django's RedisCache offers no pipeline, and its client is a private attribute:
@@ -377,7 +377,7 @@ def note_watched(groups: Iterable[str]) -> None:
     if not pages:  # a board's or a list's socket: nothing to note
         return
     try:
-        client = _redis_client()
+        client = redis_client()
         if client is None:
             return
         key, now = cache.make_and_validate_key(WATCHED_KEY), time.time()
@@ -397,7 +397,7 @@ def _unwatched(groups: Iterable[str]) -> set[str]:
     if not pages:
         return set()
     try:
-        client = _redis_client()
+        client = redis_client()
         if client is None:
             return set()
         key = cache.make_and_validate_key(WATCHED_KEY)

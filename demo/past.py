@@ -27,8 +27,8 @@ from clusters.backends.simulated import (
     LLAMA3_GPU_RELATED_SHARE,
     LLAMA3_INTERRUPTIONS_PER_GPU_DAY,
     XID_MESSAGES,
-    _poisson,
-    _weighted_choice,
+    poisson,
+    weighted_choice,
 )
 from clusters.models import Cluster, Node, NodeStateChange
 from health.models import HealthEvent, Incident
@@ -144,7 +144,7 @@ class _Generator:
         days = (self.end - self.start).total_seconds() / 86400
         for node in self.nodes:
             expected = node.row.gpu_count * days * self.fault_rate
-            for _ in range(_poisson(self.rng, expected)):
+            for _ in range(poisson(self.rng, expected)):
                 at = self.start + timedelta(days=self.rng.random() * days)
                 self.push(at, "fault", node, self.rng.randrange(max(1, node.row.gpu_count)))
 
@@ -167,7 +167,7 @@ class _Generator:
         self.schedule(job.partition, at)
 
     def on_fault(self, at: datetime, node: _Node, gpu: int) -> None:
-        xid = _weighted_choice(self.rng, DEFAULT_XID_MIX)
+        xid = weighted_choice(self.rng, DEFAULT_XID_MIX)
         self.faults.append((at, node, gpu, xid))
         if xid not in CRITICAL_XIDS or node.broken:
             return

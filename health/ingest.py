@@ -205,13 +205,13 @@ def _save_rows(rows: list[HealthEvent]) -> None:
     grown = [row for row in rows if row.pk is not None]
     new = [row for row in rows if row.pk is None]
     if connection.vendor == "postgresql":
-        _copy_rows(new)
+        copy_rows(new)
     else:
         HealthEvent.objects.bulk_create(new)
     bulk_write(HealthEvent, grown, ["count", "last_observed_at", "incident"])
 
 
-def _copy_rows(rows: list[HealthEvent]) -> None:
+def copy_rows(rows: list[HealthEvent]) -> None:
     """Insert new rows with PostgreSQL's COPY, ids drawn from the table's sequence first.
 
     `bulk_create` spent more time in Python (preparing 16 values per row, then quoting

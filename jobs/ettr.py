@@ -43,10 +43,10 @@ from jobs.models import AccountingJob, Job, JobProgress, JobState, JobStateChang
 from jobs.timeline import (
     MATCH_SLACK,
     Facts,
-    _attempt_end,
-    _run_that_requeued,
+    attempt_end,
     restarts_in,
     run_intervals,
+    run_that_requeued,
 )
 from remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
 
@@ -108,9 +108,9 @@ def job_ettr(facts: Facts, now: datetime) -> JobEttr | None:
     result = JobEttr(job, _seconds(first, end), sum(_seconds(a, b) for a, b in intervals))
     reports = bool(facts.progress)
     for change in restarts_in(facts.changes):
-        run = _run_that_requeued(facts.runs, change.at)
+        run = run_that_requeued(facts.runs, change.at)
         requeued = [e.at for e in run.effects if e.effect == JobEffect.REQUEUED] if run else []
-        stopped, resumed, checkpoint = _attempt_end(facts, change, requeued)
+        stopped, resumed, checkpoint = attempt_end(facts, change, requeued)
         began = max((a for a, _ in intervals if a <= stopped), default=first)
         cut = stopped
         if run is not None:

@@ -200,11 +200,11 @@ def lost_gpu_hours_by_job(jobs, *, now: datetime | None = None) -> dict[int, flo
 
 
 def _lost_at(facts: Facts, change, requeued_at: list[datetime]) -> float | None:
-    stopped_at, _resumed, checkpoint = _attempt_end(facts, change, requeued_at)
+    stopped_at, _resumed, checkpoint = attempt_end(facts, change, requeued_at)
     return _lost_gpu_hours(facts, stopped_at, checkpoint)
 
 
-def _attempt_end(facts: Facts, change, requeued_at: list[datetime]):
+def attempt_end(facts: Facts, change, requeued_at: list[datetime]):
     """How the attempt this restart ended stopped: when (the requeue that the sync saw
     as this restart, else the restart row), the run that followed, if any, and the
     checkpoint that run resumed from."""
@@ -313,10 +313,10 @@ def _said(reason: str) -> bool:
 
 
 def explain_restart(facts: Facts, change) -> Restart:
-    run = _run_that_requeued(facts.runs, change.at)
+    run = run_that_requeued(facts.runs, change.at)
     restart = Restart(at=change.at, cause=Cause.UNKNOWN, run=run)
     requeued_at = [e.at for e in run.effects if e.effect == JobEffect.REQUEUED] if run else []
-    stopped_at, resumed, checkpoint = _attempt_end(facts, change, requeued_at)
+    stopped_at, resumed, checkpoint = attempt_end(facts, change, requeued_at)
     if resumed is not None:
         restart.resumed_at, restart.resumed_nodes = resumed.at, list(resumed.node_names)
         restart.resumed_step = checkpoint.step if checkpoint else None
@@ -338,7 +338,7 @@ def _resumed_after(changes, change):
     )  # fmt: skip
 
 
-def _run_that_requeued(runs, at: datetime) -> Remediation | None:
+def run_that_requeued(runs, at: datetime) -> Remediation | None:
     """The latest run whose requeue of this job the sync saw as this restart."""
     matching = [
         run

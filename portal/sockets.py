@@ -53,7 +53,7 @@ def take_seat(user_pk: int, channel: str) -> bool:
     cap = settings.MEDBAY_SOCKETS_PER_USER
     key, now = SEATS_KEY.format(int(user_pk)), time.time()
     try:
-        client = live._redis_client()
+        client = live.redis_client()
         if client is None:
             return _take_local_seat(key, channel, cap, now)
         key = cache.make_and_validate_key(key)
@@ -94,7 +94,7 @@ def give_up_seat(user_pk: int, channel: str) -> None:
 
 def _set_seat(user_pk: int, channel: str, until: float | None) -> None:
     key = SEATS_KEY.format(int(user_pk))
-    client = live._redis_client()
+    client = live.redis_client()
     if client is None:
         with _local_seats:
             held = cache.get(key) or {}

@@ -696,12 +696,12 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
             return
         gpu_days = sum(n.gpus for n in self._nodes.values()) * delta.total_seconds() / 86400
         expected = gpu_days * self.fault_rate_per_gpu_day
-        count = _poisson(self.rng, expected)
+        count = poisson(self.rng, expected)
         names = sorted(self._nodes)
         for _ in range(count):
             node = self._nodes[self.rng.choice(names)]
             gpu = self.rng.randrange(node.gpus)
-            code = _weighted_choice(self.rng, self.xid_mix)
+            code = weighted_choice(self.rng, self.xid_mix)
             self._lock.release()
             try:
                 self.inject_xid(node.name, gpu, code)
@@ -797,7 +797,8 @@ def _require_reason(reason: str) -> None:
         raise BackendError("A reason is required to drain, fail or down a node", permanent=True)
 
 
-def _poisson(rng: random.Random, mean: float) -> int:
+def poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson-distributed count with this mean, drawn from RNG."""
     # Knuth's method is fine for the small means a tick produces.
     if mean <= 0:
         return 0
@@ -811,7 +812,8 @@ def _poisson(rng: random.Random, mean: float) -> int:
     return count
 
 
-def _weighted_choice(rng: random.Random, weighted: Sequence[tuple[int, float]]) -> int:
+def weighted_choice(rng: random.Random, weighted: Sequence[tuple[int, float]]) -> int:
+    """One value of (value, weight) pairs, drawn from RNG in proportion to its weight."""
     total = sum(weight for _, weight in weighted)
     point = rng.uniform(0, total)
     for value, weight in weighted:

@@ -98,7 +98,7 @@ def test_a_trip_moves_each_poked_region_on_by_one_version(cache, request):
 @pytest.mark.integration
 def test_the_regions_of_a_trip_reach_redis_in_one_round_trip(redis_cache, monkeypatch):
     sent = []
-    real = live._redis_client
+    real = live.redis_client
 
     def counting_client():
         client = real()
@@ -115,7 +115,7 @@ def test_the_regions_of_a_trip_reach_redis_in_one_round_trip(redis_cache, monkey
         client.pipeline = counted_pipeline
         return client
 
-    monkeypatch.setattr(live, "_redis_client", counting_client)
+    monkeypatch.setattr(live, "redis_client", counting_client)
     in_a_thread(poke_in_one_trip)
     assert sent == ["PIPELINE"]
 

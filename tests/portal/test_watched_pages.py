@@ -91,7 +91,7 @@ async def test_a_page_whose_socket_stopped_renewing_an_hour_ago_is_no_longer_sen
     assert sent_to == ["node.gpu-01"]
 
     def lapse() -> None:  # as if its web process had been killed an hour ago
-        client = live._redis_client()
+        client = live.redis_client()
         client.zadd(cache.make_and_validate_key(live.WATCHED_KEY), {"node.gpu-01": 1.0})
 
     await sync_to_async(lapse)()
