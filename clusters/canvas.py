@@ -36,7 +36,7 @@ PROBLEM_ROWS = 200
 
 def tiles_max() -> int:
     """Above this many nodes (after filters) the board is the fleet view, not tiles."""
-    return int(getattr(settings, "MEDBAY_BOARD_TILES_MAX", 512))
+    return int(settings.MEDBAY_BOARD_TILES_MAX)
 
 
 def gpu_code(health: str, node_status: str, remediation: str) -> str:

@@ -56,7 +56,7 @@ class TokenRejected(SuspiciousOperation):
 
 
 def enabled() -> bool:
-    return bool(getattr(settings, "MEDBAY_OIDC_ENABLED", False))
+    return bool(settings.MEDBAY_OIDC_ENABLED)
 
 
 @lru_cache(maxsize=4)

@@ -34,7 +34,7 @@ NOT_THE_HARDWARE = "an error in the application, not in the hardware"
 
 
 def window() -> timedelta:
-    return timedelta(seconds=float(getattr(settings, "MEDBAY_JOB_FAULT_WINDOW_S", 10)))
+    return timedelta(seconds=float(settings.MEDBAY_JOB_FAULT_WINDOW_S))
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class Verdict:
 
 
 def job_causes() -> frozenset[str]:
-    return frozenset(getattr(settings, "MEDBAY_JOB_FAULT_CAUSES", [catalogue.Cause.APPLICATION]))
+    return frozenset(settings.MEDBAY_JOB_FAULT_CAUSES)
 
 
 def application_only(xids) -> bool:
@@ -89,20 +89,17 @@ def correlate(incident: Incident, now: datetime) -> Verdict:
 
 
 # ----------------------------------------------------------------- shared parts
-# Faults a shared part can cause on every node under it: the hardware, the bus, the links.
-PART_CAUSES = ("hardware", "pcie", "nvlink", "memory_ecc")
-
-
 def part_causes() -> frozenset[str]:
-    return frozenset(getattr(settings, "MEDBAY_PART_FAULT_CAUSES", PART_CAUSES))
+    """Faults a shared part can cause on every node under it: the hardware, the bus, the links."""
+    return frozenset(settings.MEDBAY_PART_FAULT_CAUSES)
 
 
 def part_window() -> timedelta:
-    return timedelta(seconds=float(getattr(settings, "MEDBAY_PART_FAULT_WINDOW_S", 10)))
+    return timedelta(seconds=float(settings.MEDBAY_PART_FAULT_WINDOW_S))
 
 
 def part_min_nodes() -> int:
-    return int(getattr(settings, "MEDBAY_PART_FAULT_MIN_NODES", 3))
+    return int(settings.MEDBAY_PART_FAULT_MIN_NODES)
 
 
 def hardware_class(xids) -> bool:
@@ -113,8 +110,8 @@ def hardware_class(xids) -> bool:
 
 
 def topology_files() -> list[Path]:
-    files = [Path(path) for path in getattr(settings, "MEDBAY_TOPOLOGY_FILES", [])]
-    slurm_conf = getattr(settings, "SLURM_CONF", "")
+    files = [Path(path) for path in settings.MEDBAY_TOPOLOGY_FILES]
+    slurm_conf = settings.SLURM_CONF
     if slurm_conf and (Path(slurm_conf).parent / "topology.conf").is_file():
         files.append(Path(slurm_conf).parent / "topology.conf")
     return files

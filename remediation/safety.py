@@ -53,27 +53,27 @@ def _taken_out(node_id: int, context) -> int | tuple[str, int]:
 
 
 def partition_pct() -> float:
-    return float(getattr(settings, "MEDBAY_BREAKER_PARTITION_PCT", 10))
+    return float(settings.MEDBAY_BREAKER_PARTITION_PCT)
 
 
 def partition_min_nodes() -> int:
-    return int(getattr(settings, "MEDBAY_BREAKER_PARTITION_MIN_NODES", 2))
+    return int(settings.MEDBAY_BREAKER_PARTITION_MIN_NODES)
 
 
 def max_nodes() -> int:
-    return int(getattr(settings, "MEDBAY_BREAKER_MAX_NODES", 4))
+    return int(settings.MEDBAY_BREAKER_MAX_NODES)
 
 
 def window() -> timedelta:
-    return timedelta(seconds=float(getattr(settings, "MEDBAY_BREAKER_WINDOW_S", 600)))
+    return timedelta(seconds=float(settings.MEDBAY_BREAKER_WINDOW_S))
 
 
 def flap_threshold() -> int:
-    return int(getattr(settings, "MEDBAY_FLAP_FAULTS", 3))
+    return int(settings.MEDBAY_FLAP_FAULTS)
 
 
 def flap_window_hours() -> float:
-    return float(getattr(settings, "MEDBAY_FLAP_WINDOW_H", 24))
+    return float(settings.MEDBAY_FLAP_WINDOW_H)
 
 
 NEVER_ACTED = (RunStatus.PROPOSED, RunStatus.AWAITING_APPROVAL, RunStatus.REJECTED)
