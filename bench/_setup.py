@@ -58,6 +58,24 @@ def _empty_channel_layer() -> None:
         async_to_sync(layer.flush)()
 
 
+def session_cookie(username: str) -> str:
+    """A `Cookie` header value that logs USERNAME (a researcher, made if missing) in."""
+    from django.conf import settings
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from core.roles import Role
+    from identity.accounts import create_user_with_role
+
+    user, _ = create_user_with_role(username, Role.RESEARCHER)
+    session = SessionStore()
+    session[SESSION_KEY] = str(user.pk)
+    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    session.create()
+    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+
+
 def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _setup import ROOT, django_setup, percentile, seed_cluster
+from _setup import ROOT, django_setup, percentile, seed_cluster, session_cookie
 
 BENCH_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_fanout"
 SQLITE_DATABASE_URL = "sqlite:////tmp/medbay-bench-fanout.sqlite3"
@@ -140,22 +140,12 @@ def main() -> None:
     django_setup()
 
     from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
     from django.db import connection
 
-    from core.roles import Role
-    from identity.accounts import create_user_with_role
     from sync.cycle import apply_snapshot
 
     cluster, sim = seed_cluster("bench-fanout", args.nodes)
-    user, _ = create_user_with_role("bench-watcher", Role.RESEARCHER)
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    cookie = f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
+    cookie = session_cookie("bench-watcher")
     target = sim.nodes()[0].name
 
     def change(round_number: int) -> None:

@@ -30,7 +30,7 @@ import urllib.parse
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from _setup import django_setup, percentile, seed_cluster
+from _setup import django_setup, percentile, seed_cluster, session_cookie
 from fanout import start_workers
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/medbay_bench_ingest"
@@ -114,23 +114,6 @@ def time_board(port: int, cookie: str, stop: threading.Event, timings: list[floa
         timings.append((time.perf_counter() - started) * 1000)
 
 
-def session_cookie() -> str:
-    from django.conf import settings
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
-
-    from core.roles import Role
-    from identity.accounts import create_user_with_role
-
-    user, _ = create_user_with_role("bench-ingest-viewer", Role.RESEARCHER)
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
-
-
 def ingest_over_http(
     args, nodes, ports: list[int], board_port: int, batches: list[list[list[dict]]]
 ):
@@ -154,7 +137,7 @@ def ingest_over_http(
     ]
     stop, board_ms = threading.Event(), []
     watcher = threading.Thread(
-        target=time_board, args=(board_port, session_cookie(), stop, board_ms)
+        target=time_board, args=(board_port, session_cookie("bench-ingest-viewer"), stop, board_ms)
     )
     if args.under_load:
         watcher.start()
