@@ -27,6 +27,13 @@ from tests.e2e.portal_server import PASSWORD, ROOT
 
 # The real local Slurm, for the journeys that run on it (tests marked slurm).
 
+# Playwright's assertions for the tests; without the package the fixtures skip, or fail
+# under CI, saying what is missing.
+try:
+    from playwright.sync_api import expect
+except ImportError:
+    expect = None
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",

@@ -7,12 +7,7 @@ import time
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import expect, log_in
 from tests.e2e.portal_server import NODE_PREFIX, USERS
 
 pytestmark = pytest.mark.browser

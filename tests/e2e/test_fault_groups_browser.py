@@ -8,12 +8,14 @@ import re
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import ARTIFACTS, launch_portal, log_in, require_browser, watch_for_problems
+from tests.e2e.conftest import (
+    ARTIFACTS,
+    expect,
+    launch_portal,
+    log_in,
+    require_browser,
+    watch_for_problems,
+)
 from tests.e2e.portal_server import NODE_PREFIX
 
 pytestmark = pytest.mark.browser

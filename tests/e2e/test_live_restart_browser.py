@@ -12,13 +12,9 @@ import secrets
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
 from tests.e2e.conftest import (
     WATCH_SOCKET,
+    expect,
     free_port,
     launch_portal,
     log_in,

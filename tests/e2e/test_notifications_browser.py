@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import launch_portal, log_in, require_browser, watch_for_problems
+from tests.e2e.conftest import expect, launch_portal, log_in, require_browser, watch_for_problems
 from tests.jobs.webhook_servers import webhook_server
 
 pytestmark = pytest.mark.browser

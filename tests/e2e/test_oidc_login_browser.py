@@ -12,12 +12,7 @@ import time
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import free_port, launch_portal, log_in, require_browser
+from tests.e2e.conftest import expect, free_port, launch_portal, log_in, require_browser
 from tests.e2e.conftest import watch_for_problems as watch
 from tests.oidc_provider import sso_log_in, start_provider
 

@@ -13,12 +13,8 @@ import time
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
 from tests.e2e.conftest import (
+    expect,
     free_port,
     job_workdir,
     launch_slurm_portal,

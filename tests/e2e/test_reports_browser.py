@@ -7,12 +7,7 @@ from datetime import date, timedelta
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import WATCH_SOCKET, log_in
+from tests.e2e.conftest import WATCH_SOCKET, expect, log_in
 
 pytestmark = pytest.mark.browser
 

@@ -11,12 +11,7 @@ import re
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import WATCH_SOCKET, log_in, wait_for_socket, watch_for_problems
+from tests.e2e.conftest import WATCH_SOCKET, expect, log_in, wait_for_socket, watch_for_problems
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser

@@ -20,15 +20,11 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
 from clusters.backends.base import JobSubmission
 from sync.nodes import HGX_8_GPU_BUS_IDS
 from tests.e2e.conftest import (
     WATCH_SOCKET,
+    expect,
     job_workdir,
     launch_slurm_portal,
     log_in,

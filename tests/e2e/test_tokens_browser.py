@@ -6,12 +6,7 @@ import re
 
 import pytest
 
-try:
-    from playwright.sync_api import expect
-except ImportError:  # the fixtures then skip, or fail under CI, saying what is missing
-    expect = None
-
-from tests.e2e.conftest import log_in, watch_for_problems
+from tests.e2e.conftest import expect, log_in, watch_for_problems
 
 pytestmark = pytest.mark.browser
 
