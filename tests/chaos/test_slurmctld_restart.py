@@ -25,6 +25,7 @@ from remediation.models import Remediation, StepOutcome, Trigger
 from remediation.services import create_run
 from remediation.transitions import RunStatus
 from sync.cycle import sync_once
+from tests.plugins.cluster_state import wait_until_registered
 from tests.plugins.slurm_cluster import resume_replaced_nodes
 from tests.waiting import wait_for
 
@@ -92,12 +93,17 @@ def stop_slurmctld(slurm) -> None:
 def start_slurmctld(slurm) -> None:
     """Start slurmctld as `up` does, without its other work: `up` regenerates the config
     and would restart every daemon if an earlier test left a health check in it. Without
-    -c, slurmctld recovers its saved state (jobs, drains) as after a real crash."""
+    -c, slurmctld recovers its saved state (jobs, drains) as after a real crash.
+
+    Like `up`, wait until every slurmd has registered again: until then 22.05 reads the
+    nodes `unknown` (~5 s here), so the spares are not idle and the engine's replace,
+    ~6 s after the start, found "No free spare" whenever the registration was late."""
     log = ctld_pid_file().parent.parent / "log" / "slurmctld.log"
     ctld_pid_file().unlink(missing_ok=True)
     with open(log, "ab") as stderr:
         subprocess.run(["slurmctld", "-f", slurm.slurm_conf], stderr=stderr, timeout=60, check=True)
     wait_for(slurm.controller_up, 30, f"slurmctld to answer again (see {log})")
+    wait_until_registered(slurm)
 
 
 @pytest.fixture

@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.oidc]
 
 
 @pytest.fixture
-def oidc_slurm_portal(request, minicluster, tmp_path):
+def oidc_slurm_portal(request, slurm, tmp_path):
+    # On `slurm`: the portal stops before the cluster is brought back to its known state.
     require_browser()
     port = free_port()
     provider = start_provider(

@@ -56,7 +56,9 @@ sleep 600
 
 
 @pytest.fixture
-def slurm_portal(request, minicluster, tmp_path):
+def slurm_portal(request, slurm, tmp_path):
+    # On `slurm`, not only the minicluster: the portal's sync and engine then stop
+    # before the cluster is brought back to its known state, instead of racing it.
     require_browser()
     yield from launch_slurm_portal(request, tmp_path)
 

@@ -109,13 +109,21 @@ def minicluster():
 
 
 @pytest.fixture
-def slurm(minicluster):
-    """A backend on the minicluster; jobs cancelled and test drains undone afterwards."""
+def slurm(request, minicluster):
+    """A backend on the minicluster, in its known state (cluster_state.py) before the
+    test, whatever ran before or started it; brought back to it afterwards, and the
+    test fails naming what it left behind if that cannot be done in time."""
     from clusters.backends.slurm import SlurmBackend
+    from tests.plugins.cluster_state import bring_to_known_state
 
     backend = SlurmBackend(minicluster["SLURM_CONF"])
+    bring_to_known_state(backend, f"before {request.node.name}")
     yield backend
-    clean_up(backend)
+    # A test that stops slurmctld starts it again itself (in a finally, or in a fixture
+    # torn down before this one); left stopped, every later test would fail instead.
+    if not backend.controller_up():
+        pytest.fail(f"{request.node.name} left slurmctld stopped", pytrace=False)
+    bring_to_known_state(backend, f"after {request.node.name}")
 
 
 REPLACE_NODES = ("gpu-02", "gpu-05")  # the failing node and the spare of the replace tests
@@ -136,19 +144,12 @@ def restore_nodes(slurm):
 
 
 def clean_up(backend: SlurmBackend) -> None:
+    """The known state now, for a test that needs it mid-way (cluster_state.py)."""
+    from tests.plugins.cluster_state import bring_to_known_state
+
     if not backend.controller_up():
         return
-    for job in backend.jobs():
-        if job.state in {"PENDING", "RUNNING", "SUSPENDED", "CONFIGURING"}:
-            backend.cancel_job(job.job_id)
-    for node in backend.nodes():
-        if node.reason.startswith(TEST_REASON_PREFIX):
-            backend.resume_node(node.name)
-    configured = backend.configured_partitions()
-    for partition in backend.partitions():
-        if partition.name in configured and partition.nodes != configured[partition.name]:
-            backend.set_partition_nodes(partition.name, configured[partition.name])
-    wait_for_empty_queue(backend)
+    bring_to_known_state(backend, "in clean_up")
 
 
 def wait_for_empty_queue(backend: SlurmBackend, timeout_s: float = 15) -> None:
