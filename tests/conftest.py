@@ -7,6 +7,7 @@ Imports of Django code stay inside the fixtures so that the plain-Python suites
 from __future__ import annotations
 
 import contextlib
+import os
 from datetime import timedelta
 
 import pytest
@@ -55,6 +56,24 @@ def sim():
     registry.use(simulator)
     yield simulator
     registry.use(None)
+
+
+def require_postgres(available: bool) -> None:
+    """Skip, saying why, where PostgreSQL is not configured; with CI=true fail instead,
+    as integration tests never silently skip there."""
+    if available:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
+    pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+
+
+@pytest.fixture
+def postgres_only(db):
+    """For tests of PostgreSQL's own behaviour (row locks, partitions)."""
+    from django.db import connection
+
+    require_postgres(connection.vendor == "postgresql")
 
 
 @pytest.fixture

@@ -137,19 +137,31 @@ def test_check_reports_a_bad_config_file(capsys, tmp_path):
     assert lines[0].startswith(f"config error: invalid config {bad}")
 
 
+def agent_loop(tmp_path, portal_url: str, *, timeout_s: float | None = None, **options):
+    """gpu-07's agent loop following an empty kern.log in TMP_PATH, sending to PORTAL_URL."""
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    spool = Spool(tmp_path / "spool")
+    sending = {} if timeout_s is None else {"timeout_s": timeout_s}
+    loop = AgentLoop(
+        follower=FileFollower(log),
+        parser=KmsgParser(),
+        builder=XidEventBuilder("gpu-07"),
+        spool=spool,
+        sender=Sender(spool, portal_url, "t", "gpu-07", **sending),
+        **options,
+    )
+    return log, loop
+
+
 def test_the_run_loop_spools_xids_and_checks_and_delivers_them(tmp_path):
     portal = FakePortal()
     portal.start()
     try:
-        log = tmp_path / "kern.log"
-        log.write_text("")
-        spool = Spool(tmp_path / "spool")
-        loop = AgentLoop(
-            follower=FileFollower(log),
-            parser=KmsgParser(),
-            builder=XidEventBuilder("gpu-07"),
-            spool=spool,
-            sender=Sender(spool, portal.url, "t", "gpu-07", timeout_s=2),
+        log, loop = agent_loop(
+            tmp_path,
+            portal.url,
+            timeout_s=2,
             check_context=CheckContext(config={"fail_file": str(tmp_path / "absent")}),
             check_interval_s=60,
             check_names=["force_drain"],
@@ -170,16 +182,7 @@ def test_the_run_loop_spools_xids_and_checks_and_delivers_them(tmp_path):
 
 
 def test_run_stops_cleanly_on_request(tmp_path):
-    log = tmp_path / "kern.log"
-    log.write_text("")
-    spool = Spool(tmp_path / "spool")
-    loop = AgentLoop(
-        follower=FileFollower(log),
-        parser=KmsgParser(),
-        builder=XidEventBuilder("gpu-07"),
-        spool=spool,
-        sender=Sender(spool, "http://127.0.0.1:9", "t", "gpu-07"),
-    )
+    _, loop = agent_loop(tmp_path, "http://127.0.0.1:9")
     stop = threading.Event()
     stop.set()
     loop.run_forever(stop)

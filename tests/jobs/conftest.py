@@ -76,3 +76,20 @@ def submit_as(login, job_form, synced, submissions):
         return response.json()["id"]
 
     return submit
+
+
+@pytest.fixture
+def job_and_run(researcher, cluster):
+    """alice's job and a replace run on gpu-02, for the notifications' tests."""
+    from clusters.models import Node
+    from jobs.models import Job
+    from remediation.models import Remediation
+
+    researcher.email = "alice@example.org"
+    researcher.save()
+    node = Node.objects.create(cluster=cluster, name="gpu-02", gpu_count=8)
+    job = Job.objects.create(cluster=cluster, slurm_id=1234, name="llm", user="alice")
+    run = Remediation.objects.create(
+        node=node, action="replace", trigger="health_event", reason="XID 79 on GPU 3"
+    )
+    return job, run

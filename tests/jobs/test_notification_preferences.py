@@ -8,7 +8,6 @@ import socket
 import pytest
 from django.core import mail
 
-from clusters.models import Node
 from jobs.models import (
     DeliveryOutcome,
     Job,
@@ -23,7 +22,6 @@ from jobs.notifications import (
     notify_job_finished,
     notify_remediation_effect,
 )
-from remediation.models import Remediation
 from tests.jobs.webhook_servers import webhook_server
 
 pytestmark = pytest.mark.django_db
@@ -34,18 +32,6 @@ ALL_KINDS = ["fault", "restarted", "requeued", "finished", "action"]
 @pytest.fixture(autouse=True)
 def nothing_allowed(settings):
     settings.MEDBAY_WEBHOOK_ALLOW = []
-
-
-@pytest.fixture
-def job_and_run(researcher, cluster):
-    researcher.email = "alice@example.org"
-    researcher.save()
-    node = Node.objects.create(cluster=cluster, name="gpu-02", gpu_count=8)
-    job = Job.objects.create(cluster=cluster, slurm_id=1234, name="llm", user="alice")
-    run = Remediation.objects.create(
-        node=node, action="replace", trigger="health_event", reason="XID 79 on GPU 3"
-    )
-    return job, run
 
 
 @pytest.fixture

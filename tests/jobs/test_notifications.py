@@ -7,24 +7,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.core import mail
 
-from clusters.models import Node
 from jobs.models import Job, ResearcherProfile
 from jobs.notifications import notify_remediation_effect
-from remediation.models import Remediation
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def job_and_run(researcher, cluster):
-    researcher.email = "alice@example.org"
-    researcher.save()
-    node = Node.objects.create(cluster=cluster, name="gpu-02", gpu_count=8)
-    job = Job.objects.create(cluster=cluster, slurm_id=1234, name="llm", user="alice")
-    run = Remediation.objects.create(
-        node=node, action="replace", trigger="health_event", reason="XID 79 on GPU 3"
-    )
-    return job, run
 
 
 @pytest.fixture

@@ -10,13 +10,13 @@ the agents. The portal's connection pool (DB_POOL_MAX_SIZE) keeps a process at i
 from __future__ import annotations
 
 import json
-import os
 import threading
 import urllib.request
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.conftest import require_postgres
 from tests.health.live_portal import PortalServer, ServerDatabase
 
 pytestmark = pytest.mark.integration
@@ -34,10 +34,7 @@ class PooledPortal(PortalServer):
 @pytest.fixture
 def portal(tmp_path):
     database = ServerDatabase.create(tmp_path)
-    if not database.name:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
-        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
+    require_postgres(bool(database.name))
     server = PooledPortal(database, tmp_path)
     try:
         server.seed(nodes=4)

@@ -17,7 +17,6 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.db import close_old_connections
 from django.test import Client
@@ -26,7 +25,6 @@ from redis import Redis
 
 from clusters.backends.base import JobSubmission
 from portal.consumers import LiveConsumer, parse_watch
-from tests.chaos.services import PrivateRedis
 from tests.portal.test_settings import run_check
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -202,27 +200,6 @@ def test_a_socket_limit_below_one_stops_start_up_naming_it(name):
     result = run_check(DEBUG="true", **{name: "0"})
     assert result.returncode != 0
     assert f"{name} must be at least 1" in result.stderr
-
-
-@pytest.fixture
-def redis_layer(settings, tmp_path):
-    redis = PrivateRedis(tmp_path, port=REDIS_PORT)
-    redis.start()
-    settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis.url}
-    }
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis.url]},
-        }
-    }
-    channel_layers.backends.clear()
-    try:
-        yield redis
-    finally:
-        channel_layers.backends.clear()
-        redis.stop()
 
 
 @pytest.mark.integration

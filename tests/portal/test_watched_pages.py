@@ -18,32 +18,10 @@ from django.core.cache import cache
 
 from core import live
 from portal.consumers import LiveConsumer
-from tests.chaos.services import PrivateRedis
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 REDIS_PORT = 16397  # neither the chaos suite's nor the region tests'
-
-
-@pytest.fixture
-def redis_layer(settings, tmp_path):
-    redis = PrivateRedis(tmp_path, port=REDIS_PORT)
-    redis.start()
-    settings.CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis.url}
-    }
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis.url]},
-        }
-    }
-    channel_layers.backends.clear()
-    try:
-        yield redis
-    finally:
-        channel_layers.backends.clear()
-        redis.stop()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -14,17 +13,13 @@ from remediation.engine import Engine
 from remediation.models import Action, Remediation, StepOutcome, Trigger
 from remediation.transitions import ACTIVE, RunStatus
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("postgres_only"),
+]
 
 FAST = {"grace_s": 0, "verify_after_s": 0}
-
-
-@pytest.fixture(autouse=True)
-def postgres_only(db):
-    if connection.vendor != "postgresql":
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
-        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
 
 
 def in_threads(count: int, target) -> list:

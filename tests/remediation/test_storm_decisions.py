@@ -7,7 +7,6 @@ it, and the engine's workers sweep up any that arrive just as a pass ends.
 
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
@@ -155,14 +154,8 @@ def test_a_pass_that_starts_many_runs_sends_their_nodes_tiles_from_one_read(
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("postgres_only")
 class TestOnPostgreSQL:
-    @pytest.fixture(autouse=True)
-    def postgres_only(self, db):
-        if connection.vendor != "postgresql":
-            if os.environ.get("CI", "").lower() == "true":
-                pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
-            pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
-
     def test_a_report_that_finds_a_pass_under_way_leaves_its_incident_to_the_sweep(
         self, big_sim, cluster, django_capture_on_commit_callbacks
     ):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, date, datetime
 
 import pytest
@@ -10,18 +9,10 @@ from django.db import connection
 
 from tests.reports.conftest import at
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db, pytest.mark.usefixtures("postgres_only")]
 
 JANUARY, FEBRUARY, MARCH = 0, 31 * 24, 59 * 24  # hours after 2026-01-01
 APRIL = 90 * 24
-
-
-@pytest.fixture(autouse=True)
-def postgres_only(db):
-    if connection.vendor != "postgresql":
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail("CI=true but DATABASE_URL is not PostgreSQL")
-        pytest.skip("needs PostgreSQL: set DATABASE_URL=postgres://...")
 
 
 def partition_of(model, pk) -> str:
