@@ -24,7 +24,7 @@ from clusters.privacy import private_data_for
 from core.roles import Role, has_role, is_admin
 from jobs.access import unix_user_for
 from jobs.models import Job
-from jobs.queries import filter_jobs
+from jobs.queries import filter_jobs, now_first
 from jobs.timeline import lost_gpu_hours_by_job
 
 PAGE_SIZE = 50
@@ -110,8 +110,12 @@ def clean_params(query: QueryDict) -> QueryDict:
     return cleaned
 
 
+# With no column asked for, the queue opens on what is happening now (queries.now_first).
+NOW = "now"
+
+
 def sort_of(params: QueryDict) -> tuple[str, str]:
-    sort = params.get("sort", "id")
+    sort = params.get("sort", NOW)
     default = "desc" if sort in DESCENDING_FIRST else "asc"
     return sort, params.get("order", default)
 
@@ -148,6 +152,8 @@ def queue_jobs(user, params: QueryDict, *, now: datetime | None = None):
 
 def _ordering(params: QueryDict, hidden: Q | None) -> list:
     sort, order = sort_of(params)
+    if sort == NOW:
+        return now_first(hidden)
     descending = order == "desc"
     tie_break = [OrderBy(F("slurm_id"), descending=descending), OrderBy(F("pk"))]
     if sort == "id":

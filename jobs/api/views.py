@@ -31,7 +31,7 @@ from jobs.forms import (
     initial_from_params,
 )
 from jobs.models import Job
-from jobs.queries import filter_jobs, job_for, visible_jobs
+from jobs.queries import filter_jobs, job_for, now_first, visible_jobs
 from jobs.timeline import build_timeline
 from portal.api_schema import ErrorSerializer
 
@@ -83,7 +83,7 @@ class JobListView(ListAPIView):
     permission_classes = [HasAnyRole]
 
     def get_queryset(self):
-        jobs = visible_jobs(self.request.user).order_by("-slurm_id")
+        jobs = visible_jobs(self.request.user).order_by(*now_first())
         return filter_jobs(jobs, self.request.query_params)
 
     @extend_schema(

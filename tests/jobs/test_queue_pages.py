@@ -115,7 +115,7 @@ def test_the_queue_sorts_by_each_column_both_ways(login, manager, cluster):
     make_job(cluster, 3, user="bob", name="a", gpus=1, restart_count=1)
     client = login(manager)
 
-    assert row_ids(client.get("/jobs/")) == [3, 2, 1]
+    assert row_ids(client.get("/jobs/?sort=id")) == [3, 2, 1]
     assert row_ids(client.get("/jobs/?sort=id&order=asc")) == [1, 2, 3]
     assert row_ids(client.get("/jobs/?sort=name")) == [3, 1, 2]
     assert row_ids(client.get("/jobs/?sort=user&order=desc")) == [1, 3, 2]
@@ -154,10 +154,45 @@ def test_the_queue_pages_fifty_jobs_at_a_time(login, manager, cluster):
     )
     client = login(manager)
 
-    assert row_ids(client.get("/jobs/")) == list(range(120, 70, -1))
-    assert row_ids(client.get("/jobs/?page=2")) == list(range(70, 20, -1))
-    assert row_ids(client.get("/jobs/?page=3")) == list(range(20, 0, -1))
+    assert row_ids(client.get("/jobs/?sort=id")) == list(range(120, 70, -1))
+    assert row_ids(client.get("/jobs/?sort=id&page=2")) == list(range(70, 20, -1))
+    assert row_ids(client.get("/jobs/?sort=id&page=3")) == list(range(20, 0, -1))
     assert "page 3 of 3" in client.get("/jobs/?page=3").content.decode()
+
+
+def test_the_queue_opens_on_running_and_pending_jobs_then_the_newest_finished(
+    login, manager, cluster
+):
+    """The demo's history has ids from 50,000,000: by id, last month's jobs filled the
+    first pages and a job just submitted was on page 11."""
+    ended = T0 - timedelta(days=30)
+    for slurm_id in range(50_000_000, 50_000_060):  # last month, finished, high ids
+        make_job(
+            cluster, slurm_id, state="COMPLETED", submit_at=ended, end_at=ended + timedelta(1)
+        )
+    make_job(cluster, 1040, state="RUNNING", submit_at=T0, start_at=T0, end_at=T0 + timedelta(1))
+    make_job(cluster, 1041, state="PENDING", submit_at=T0 + timedelta(minutes=5))
+    make_job(cluster, 1039, state="FAILED", submit_at=T0, end_at=T0 + timedelta(minutes=1))
+    client = login(manager)
+
+    first_page = row_ids(client.get("/jobs/"))
+
+    # Pending 1041 was submitted last; running 1040's end time is only its time limit.
+    assert first_page[:3] == [1041, 1040, 1039]
+    assert len(first_page) == 50
+    api = client.get("/api/v1/jobs/").json()
+    assert [job["id"] for job in api["results"][:3]] == [1041, 1040, 1039]
+
+
+def test_under_private_data_hidden_jobs_are_not_ordered_by_their_times(
+    login, researcher, cluster, private_jobs
+):
+    make_job(cluster, 7, user="bob", state="COMPLETED", submit_at=T0, end_at=T0 + timedelta(2))
+    make_job(cluster, 5, user="bob", state="COMPLETED", submit_at=T0, end_at=T0 + timedelta(3))
+    make_job(cluster, 6, state="COMPLETED", submit_at=T0, end_at=T0 + timedelta(1))
+
+    # alice's own finished job first; bob's hidden ones after it, by id, whatever their end.
+    assert row_ids(login(researcher).get("/jobs/")) == [6, 7, 5]
 
 
 def test_sort_pages_and_filters_keep_each_others_parameters(login, manager, cluster):
