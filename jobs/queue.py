@@ -169,10 +169,24 @@ def queue_page(user, params: QueryDict) -> Page:
     page = Paginator(queue_jobs(user, params), PAGE_SIZE).get_page(page_number(params))
     jobs = list(page.object_list)
     attach_lost_work(jobs)  # hidden jobs too: the queries are the page's, whatever it holds
+    mark_openable(user, jobs)
     page.object_list = [
         HiddenJob(job.slurm_id, job.partition, job.state) if job.hidden else job for job in jobs
     ]
     return page
+
+
+def mark_openable(user, jobs: list[Job]) -> None:
+    """Whether this person may open each job's page (access.can_view_job), so a row links
+    only there: a researcher sees other people's jobs in the queue as squeue shows them,
+    but their pages answer 404. One look-up of her Unix account, not one per row."""
+    if is_admin(user) or has_role(user, Role.MANAGER):
+        for job in jobs:
+            job.openable = True
+        return
+    mine = unix_user_for(user) if has_role(user, Role.RESEARCHER) else None
+    for job in jobs:
+        job.openable = mine is not None and bool(job.user) and job.user == mine
 
 
 def attach_lost_work(jobs: list[Job]) -> None:

@@ -57,6 +57,20 @@ def test_a_researcher_sees_other_users_jobs_in_the_queue(login, researcher, clus
     assert "bobs-run" in row(response, 2) and "bob" in row(response, 2)
 
 
+def test_a_queue_row_links_only_to_a_job_its_viewer_may_open(login, researcher, manager, cluster):
+    make_job(cluster, 1, user="alice", name="mine")
+    make_job(cluster, 2, user="bob", name="bobs-run")
+    alice = login(researcher)
+
+    queue = alice.get("/jobs/")
+
+    assert 'href="/jobs/1/"' in row(queue, 1)
+    assert 'href="/jobs/2/"' not in row(queue, 2)  # bob's page answers alice 404
+    assert alice.get("/jobs/2/").status_code == 404
+    staff = login(manager).get("/jobs/")
+    assert 'href="/jobs/2/"' in row(staff, 2) and 'href="/jobs/1/"' in row(staff, 1)
+
+
 def test_with_private_data_jobs_other_users_details_are_hidden(
     login, researcher, cluster, private_jobs
 ):
@@ -167,9 +181,7 @@ def test_the_queue_opens_on_running_and_pending_jobs_then_the_newest_finished(
     first pages and a job just submitted was on page 11."""
     ended = T0 - timedelta(days=30)
     for slurm_id in range(50_000_000, 50_000_060):  # last month, finished, high ids
-        make_job(
-            cluster, slurm_id, state="COMPLETED", submit_at=ended, end_at=ended + timedelta(1)
-        )
+        make_job(cluster, slurm_id, state="COMPLETED", submit_at=ended, end_at=ended + timedelta(1))
     make_job(cluster, 1040, state="RUNNING", submit_at=T0, start_at=T0, end_at=T0 + timedelta(1))
     make_job(cluster, 1041, state="PENDING", submit_at=T0 + timedelta(minutes=5))
     make_job(cluster, 1039, state="FAILED", submit_at=T0, end_at=T0 + timedelta(minutes=1))
