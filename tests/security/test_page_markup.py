@@ -1,6 +1,7 @@
 """Every page, as an admin sees it, is well-formed where a person would notice: no
 element id used twice (htmx swaps and live updates find elements by id, and a form
-repeated by a template slip is posted twice as often) and a <title> of plain text."""
+repeated by a template slip is posted twice as often), a <title> of plain text, and no
+template comment shown as text (Django's {# #} spans one line only)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def test_every_page_uses_each_id_once_and_has_a_plain_title(world):
         repeated = sorted(name for name, count in markup.ids.items() if count > 1)
         if repeated:
             wrong.append(f"{path}: ids used more than once: {repeated}")
+        if "{#" in html or "#}" in html:
+            wrong.append(f"{path}: a template comment is shown as text")
         if "<" in markup.title or not markup.title.strip():
             wrong.append(f"{path}: title is not plain text: {markup.title[:80]!r}")
     assert checked >= 25, f"only {checked} pages rendered; the route table changed?"
