@@ -90,7 +90,19 @@ def xid_reason(xid: int, gpu: int | None) -> str:
             name = name[len(prefix) :]
             break
     where = f" GPU {gpu}" if gpu is not None else ""
-    return f"XID {xid}{where} {name[:1].lower()}{name[1:]}"
+    return f"XID {xid}{where} {_mid_sentence(name)}"
+
+
+def _mid_sentence(name: str) -> str:
+    """A catalogue name as it reads after "XID 79 GPU 3": "fallen off the bus", but
+    "NVLink error", "GSP RPC timeout" and the title "Graphics Engine Exception" keep
+    their capitals."""
+    words = name.split()
+    acronym = words[0][1:2].isupper()
+    title = len(words) > 1 and all(word[:1].isupper() for word in words)
+    if acronym or title:
+        return name
+    return name[:1].lower() + name[1:]
 
 
 def decide(incident: Incident, *, policies: dict | None = None) -> Decision:

@@ -26,6 +26,7 @@ from remediation.models import (
     RemediationJob,
     RemediationStatusChange,
     RemediationStep,
+    Trigger,
 )
 from remediation.plans import plan_for
 from remediation.transitions import (
@@ -70,6 +71,13 @@ def slurm_reason(run: Remediation, text: str | None = None) -> str:
     return f"medbay: {text if text is not None else run.reason} [run {run.pk}]"
 
 
+def _requested(run: Remediation, mode: str) -> str:
+    """The first line of a run's history: an admin's run was asked for, not automatic."""
+    if run.trigger == Trigger.ADMIN:
+        return "Requested by an admin" + (" (dry run)" if mode == Mode.DRY_RUN else "")
+    return f"{Mode(mode).label} run requested"
+
+
 def create_run(
     node: Node,
     action: str,
@@ -108,7 +116,7 @@ def create_run(
         # A savepoint, so that losing the race leaves the caller's transaction usable.
         with transaction.atomic():
             run.save()
-            _record(run, "", status, f"{mode.label} run requested", actor or _actor(run), now)
+            _record(run, "", status, _requested(run, mode), actor or _actor(run), now)
             if status == RunStatus.RUNNING:
                 _mark_node(run, active=True)
     except IntegrityError:

@@ -9,6 +9,7 @@ from clusters.models import Node
 from core.roles import Role
 from identity.accounts import create_user_with_role
 from remediation import services
+from remediation.deciding import xid_reason
 from remediation.models import (
     BreakerTrip,
     Mode,
@@ -353,3 +354,32 @@ def test_htmx_filtering_returns_only_the_matching_rows(admin_user, web, synced):
     html = response.content.decode()
     assert "<html" not in html and html.count('id="run-') == 2  # the row and its status
     assert "gpu-02" in html and "gpu-03" not in html
+
+
+def test_an_admins_run_says_it_was_requested_by_an_admin_not_automatic(admin_user, web, synced):
+    run = services.create_run(
+        Node.objects.get(name="gpu-02"),
+        "drain",
+        trigger=Trigger.ADMIN,
+        reason="PSU swap",
+        requested_by=admin_user,
+    )
+
+    page = web(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+
+    assert "Requested by an admin" in page
+    assert "Automatic run requested" not in page
+
+
+@pytest.mark.parametrize(
+    ("xid", "reason"),
+    [
+        (79, "XID 79 GPU 3 fallen off the bus"),
+        (48, "XID 48 GPU 3 double-bit ECC error"),
+        (74, "XID 74 GPU 3 NVLink error"),
+        (13, "XID 13 GPU 3 Graphics Engine Exception"),
+        (119, "XID 119 GPU 3 GSP RPC timeout"),
+    ],
+)
+def test_an_xid_reason_keeps_acronyms_and_titles_capitalised(xid, reason):
+    assert xid_reason(xid, 3) == reason
