@@ -22,7 +22,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from clusters.privacy import private_data_for
 from core.roles import Role, has_role, is_admin
-from jobs.access import unix_user_for
+from jobs.access import job_viewer, unix_user_for
 from jobs.models import Job
 from jobs.queries import filter_jobs, now_first
 from jobs.timeline import lost_gpu_hours_by_job
@@ -177,16 +177,12 @@ def queue_page(user, params: QueryDict) -> Page:
 
 
 def mark_openable(user, jobs: list[Job]) -> None:
-    """Whether this person may open each job's page (access.can_view_job), so a row links
-    only there: a researcher sees other people's jobs in the queue as squeue shows them,
-    but their pages answer 404. One look-up of her Unix account, not one per row."""
-    if is_admin(user) or has_role(user, Role.MANAGER):
-        for job in jobs:
-            job.openable = True
-        return
-    mine = unix_user_for(user) if has_role(user, Role.RESEARCHER) else None
+    """Whether this person may open each job's page, so a row links only there: a
+    researcher sees other people's jobs in the queue as squeue shows them, but their
+    pages answer 404."""
+    may_open = job_viewer(user)
     for job in jobs:
-        job.openable = mine is not None and bool(job.user) and job.user == mine
+        job.openable = may_open(job)
 
 
 def attach_lost_work(jobs: list[Job]) -> None:
