@@ -26,7 +26,6 @@ from remediation.services import create_run
 from remediation.transitions import RunStatus
 from sync.cycle import sync_once
 from tests.plugins.cluster_state import wait_until_registered
-from tests.plugins.slurm_cluster import resume_replaced_nodes
 from tests.waiting import wait_for
 
 pytestmark = [
@@ -107,11 +106,12 @@ def start_slurmctld(slurm) -> None:
 
 
 @pytest.fixture
-def restore_nodes(slurm):
+def slurmctld_running_after(slurm):
+    """slurmctld started again if the test stopped it and failed before restarting it:
+    the `slurm` fixture then restores the nodes (and fails a test that left it down)."""
     yield
     if not slurm.controller_up():
         start_slurmctld(slurm)
-    resume_replaced_nodes(slurm)
 
 
 def one_step(engine, run) -> None:
@@ -135,7 +135,7 @@ def advance_until_step(engine, run, name: str, timeout_s: float) -> None:
 
 
 def test_a_slurmctld_restart_mid_remediation_parks_the_run_and_nothing_is_done_twice(
-    slurm, restore_nodes
+    slurm, slurmctld_running_after
 ):
     cluster = Cluster.objects.create(name="chaos", backend="slurm")
     sync_once(cluster, slurm)

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import free_port
-from tests.plugins.slurm_cluster import clean_up, resume_replaced_nodes
+from tests.plugins.slurm_cluster import clean_up
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
 
@@ -97,7 +97,6 @@ def nodes_given_back(slurm):
     assert not before["nodes"]["gpu-02"][1], f"gpu-02 is not idle to begin with: {before}"
     yield before
     clean_up(slurm)
-    resume_replaced_nodes(slurm)
     deadline = time.monotonic() + 30
     while snapshot(slurm) != before and time.monotonic() < deadline:
         time.sleep(0.5)

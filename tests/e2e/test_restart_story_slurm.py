@@ -124,7 +124,6 @@ def test_alice_reads_why_her_job_restarted_after_an_xid_79_on_real_slurm(
     slurm_portal,
     slurm,
     workdir,
-    restore_nodes,
     agent,
 ):
     problems = watch_for_problems(page)

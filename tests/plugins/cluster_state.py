@@ -54,15 +54,23 @@ def departures(backend) -> list[str]:
         if job.state in ACTIVE_JOB_STATES:
             where = f" on {','.join(job.nodes)}" if job.nodes else ""
             found.append(f"job {job.job_id} ({job.name}, {job.user}) is {job.state}{where}")
-    configured = backend.configured_partitions()
-    for partition in backend.partitions():
-        wanted = configured.get(partition.name)
-        if wanted is not None and tuple(partition.nodes) != tuple(wanted):
-            found.append(
-                f"partition {partition.name} holds {','.join(partition.nodes) or 'nothing'},"
-                f" slurm.conf says {','.join(wanted) or 'nothing'}"
-            )
+    for partition, wanted in partitions_changed(backend):
+        found.append(
+            f"partition {partition.name} holds {','.join(partition.nodes) or 'nothing'},"
+            f" slurm.conf says {','.join(wanted) or 'nothing'}"
+        )
     return found
+
+
+def partitions_changed(backend) -> list[tuple]:
+    """Each partition whose nodes differ from slurm.conf's, with slurm.conf's nodes."""
+    configured = backend.configured_partitions()
+    return [
+        (partition, configured[partition.name])
+        for partition in backend.partitions()
+        if partition.name in configured
+        and tuple(partition.nodes) != tuple(configured[partition.name])
+    ]
 
 
 def undo_leftovers(backend) -> None:
@@ -77,11 +85,8 @@ def undo_leftovers(backend) -> None:
             # Not yet resumable (still completing, say): the next pass tries again.
             with contextlib.suppress(BackendError):
                 backend.resume_node(node.name)
-    configured = backend.configured_partitions()
-    for partition in backend.partitions():
-        wanted = configured.get(partition.name)
-        if wanted is not None and tuple(partition.nodes) != tuple(wanted):
-            backend.set_partition_nodes(partition.name, list(wanted))
+    for partition, wanted in partitions_changed(backend):
+        backend.set_partition_nodes(partition.name, list(wanted))
 
 
 def bring_to_known_state(backend, when: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:

@@ -126,23 +126,6 @@ def slurm(request, minicluster):
     bring_to_known_state(backend, f"after {request.node.name}")
 
 
-REPLACE_NODES = ("gpu-02", "gpu-05")  # the failing node and the spare of the replace tests
-
-
-def resume_replaced_nodes(backend: SlurmBackend) -> None:
-    """Back in service: the node a replace test failed and the spare it took."""
-    for name in REPLACE_NODES:
-        info = next((n for n in backend.nodes() if n.name == name), None)
-        if info is not None and (info.flags & {"drain", "fail"} or info.state == "down"):
-            backend.resume_node(name)
-
-
-@pytest.fixture
-def restore_nodes(slurm):
-    yield
-    resume_replaced_nodes(slurm)
-
-
 def clean_up(backend: SlurmBackend) -> None:
     """The known state now, for a test that needs it mid-way (cluster_state.py)."""
     from tests.plugins.cluster_state import bring_to_known_state

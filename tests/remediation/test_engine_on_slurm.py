@@ -83,7 +83,7 @@ def kernel_log_events(folder: Path, pci: str) -> list[dict]:
 
 
 def test_an_xid_79_on_a_training_node_is_healed_by_a_spare_and_the_job_resumes(
-    slurm, folder, restore_nodes, django_capture_on_commit_callbacks
+    slurm, folder, django_capture_on_commit_callbacks
 ):
     cluster = Cluster.objects.create(name="minicluster", backend="slurm")
     sync_once(cluster, slurm)
