@@ -20,7 +20,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from agent import config as agent_config
-from agent.checks import ALL_CHECKS, CheckContext, CheckStatus, run_checks, select_checks
+from agent.checks import (
+    ALL_CHECKS,
+    DEEP_CHECKS,
+    DEEP_DCGM_LEVEL,
+    CheckContext,
+    CheckStatus,
+    run_checks,
+    select_checks,
+)
 from agent.checks.base import CommandOutput
 from agent.events import XidEventBuilder
 from agent.follow import open_follower
@@ -64,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--slurm-conf", default=None)
     check.add_argument("--fail-file", default=None, help="fail (force drain) while it exists")
     check.add_argument("--checks", default=None, help="comma-separated check names")
+    check.add_argument(
+        "--deep",
+        action="store_true",
+        help="the deep checks before a node takes jobs again (DCGM diagnostics level 2)",
+    )
     check.add_argument("--node", default=None)
     check.set_defaults(handler=command_check)
 
@@ -122,6 +135,10 @@ def command_check(args) -> int:
         node=args.node,
     )
     names = args.checks.split(",") if args.checks else config.get("checks")
+    if args.deep:
+        names = names or list(DEEP_CHECKS)
+        dcgm = config.setdefault("dcgm", {})
+        dcgm.setdefault("diag_level", DEEP_DCGM_LEVEL)
     unknown = [name for name in names or [] if name not in ALL_CHECKS]
     if unknown:
         print(f"unknown check(s): {', '.join(unknown)}")
@@ -131,7 +148,11 @@ def command_check(args) -> int:
     failure = next((result for result in results if result.status == CheckStatus.FAIL), None)
     if failure is None:
         counts = {status: sum(r.status == status for r in results) for status in CheckStatus}
-        print(f"healthy: {counts['pass']} pass, {counts['warn']} warn, {counts['skip']} skip")
+        skips = "; ".join(f"{r.name}: {r.message}" for r in results if r.status == CheckStatus.SKIP)
+        print(
+            f"healthy: {counts['pass']} pass, {counts['warn']} warn, {counts['skip']} skip"
+            + (f" (skipped, with the reason: {skips})" if skips else "")
+        )
         return EXIT_OK
     reason = f"{failure.name}: {failure.message}"
     print(reason.replace("\n", " "))

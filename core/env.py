@@ -59,6 +59,24 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_pairs(name: str, default: dict[str, str]) -> dict[str, str]:
+    """`KEY=value;KEY=value` as a dict (keys keep their case); `default` when unset."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return dict(default)
+    pairs = {}
+    for item in raw.split(";"):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ImproperlyConfigured(
+                f"{name} must be KEY=value pairs separated by ';', got {item!r}"
+            )
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip() or default
     if value not in choices:

@@ -28,11 +28,12 @@ from clusters.backends.capabilities import ChecksRunOnThisHost, ReportsGpuHealth
 from clusters.models import Gpu, GpuHealth
 from health.models import CheckStatus, EventKind, HealthEvent, NodeToken, Severity
 
-AGENT_TIMEOUT_S = 45.0
-# The agent checks that make sense right after a swap: nvidia-smi answers, the GPU
-# count matches Slurm's GRES, no pending remap or DBE, disk not full, no operator
-# force-drain switch. Checks whose tool is missing (fake GPUs) skip, not fail.
-VALIDATION_CHECKS = "force_drain,nvidia_smi_responds,gpu_count,ecc_remap,disk_free"
+# The agent's deep checks (`check --once --deep`: GPU count against GRES, ECC and
+# remapping, NVLink and InfiniBand, DCGM diagnostics level 2, CPU and memory stress,
+# NCCL all-reduce), which the node passes before it takes jobs again. Checks whose tool
+# is missing (fake GPUs) skip, with the reason, not fail. DCGM level 2 and NCCL take
+# minutes on real GPUs.
+AGENT_TIMEOUT_S = 900.0
 # A node with an agent is judged on its own reports: the agent must have reported
 # its checks within REPORT_FRESHNESS (deploy/systemd runs them every 60 s), and
 # nothing may have failed or gone critical on it within REPORT_QUIET.
@@ -118,8 +119,7 @@ def agent_check(node: str, *, slurm_conf: str = "") -> tuple[bool, str]:
     """Run the node agent's checks here (exit 0 = healthy), the way Slurm's
     HealthCheckProgram would. Only for a cluster whose nodes are this host (the local
     minicluster, see ChecksRunOnThisHost): elsewhere it would check the wrong machine."""
-    args = [sys.executable, "-m", "agent.cli", "check", "--once", "--node", node]
-    args += ["--checks", VALIDATION_CHECKS]
+    args = [sys.executable, "-m", "agent.cli", "check", "--once", "--deep", "--node", node]
     if slurm_conf:
         args += ["--slurm-conf", slurm_conf]
     try:

@@ -22,6 +22,7 @@ from core.env import (
     env_float,
     env_int,
     env_list,
+    env_pairs,
     env_str,
 )
 from identity.ldap_config import ldap_settings
@@ -343,6 +344,28 @@ for _path in MEDBAY_TOPOLOGY_FILES:
         parse_parts(Path(_path).read_text(), source=_path)
     except (OSError, ValueError) as _error:
         raise ImproperlyConfigured(f"MEDBAY_TOPOLOGY_FILES: {_error}") from None
+# Requests admins write in a node's Slurm reason (`scontrol update nodename=X state=fail
+# reason="Action:Replace ..."`), as `WORD=action` or `WORD=action/approval` pairs: the
+# action (replace, reboot or drain) and whether the run waits for a second admin.
+# Setting it replaces the default table; matching ignores case (README: Acting from Slurm).
+MEDBAY_SLURM_REASON_ACTIONS = env_pairs(
+    "MEDBAY_SLURM_REASON_ACTIONS",
+    {"Action:Replace": "replace", "Action:Reboot": "reboot", "Action:Drain": "drain"},
+)
+for _word, _meaning in MEDBAY_SLURM_REASON_ACTIONS.items():
+    _action, _, _mode = _meaning.partition("/")
+    if (
+        " " in _word
+        or _action not in ("replace", "reboot", "drain")
+        or _mode not in ("", "automatic", "approval")
+    ):
+        raise ImproperlyConfigured(
+            f"MEDBAY_SLURM_REASON_ACTIONS: {_word}={_meaning} must be a word without spaces "
+            "and one of replace, reboot or drain, optionally followed by /approval or /automatic"
+        )
+# Partitions whose jobs, on a node an admin asked to replace from Slurm, are signalled to
+# checkpoint and requeued after the grace instead of being left to finish (HyperPod's way).
+MEDBAY_SLURM_REPLACE_REQUEUE_PARTITIONS = env_list("MEDBAY_SLURM_REPLACE_REQUEUE_PARTITIONS", [])
 # Jobs are never submitted as root or an account with a uid below this (system accounts).
 MEDBAY_MIN_UID = env_int("MEDBAY_MIN_UID", 1000)
 # Where jobs post progress reports and notifications link to (must be reachable from nodes).

@@ -11,7 +11,8 @@ class RemediationConfig(AppConfig):
         # Registered here rather than when the engine is imported: ingestion runs
         # in the web process, which never imports the engine, and that is where
         # new incidents must turn into remediation runs.
-        from remediation import admission, clearing
+        from remediation import admission, clearing, slurm_requests
 
         admission.register()
         clearing.register()
+        slurm_requests.register()

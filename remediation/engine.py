@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from datetime import timedelta
 
 from django.db import connection, transaction
@@ -33,6 +34,7 @@ from remediation.steps import (
     StepResult,
     Validator,
     get_step,
+    holds,
     on_commit_all,
 )
 from remediation.steps import hardware as hardware_steps
@@ -58,6 +60,8 @@ MAX_STEPS_PER_PASS = 500
 # at once, up to this many steps, instead of putting it at the back of the queue: in a
 # storm of 500 runs every step would otherwise wait for a step of each other run.
 MAX_STEPS_PER_CLAIM = 25
+# How often a worker looks for maintenance holds left behind by a killed engine.
+HOLD_SWEEP_S = 30.0
 DONE = frozenset({StepOutcome.SUCCEEDED, StepOutcome.SKIPPED, StepOutcome.DRY_RUN})
 
 
@@ -115,16 +119,32 @@ class Engine:
         from remediation.admission import decide_due
 
         stop = stop or threading.Event()
+        swept_at = None
         while not stop.is_set():
             try:
                 # Incidents reported just as another process's decision pass ended.
                 decide_due()
+                now = time.monotonic()
+                if swept_at is None or now - swept_at >= HOLD_SWEEP_S:
+                    swept_at = now
+                    self.release_stranded_holds()
                 taken = self.run_once()
             except Exception:  # a database blip must not end the worker
                 logger.exception("Engine pass failed; retrying")
                 taken = 0
             if not taken:
                 stop.wait(interval)
+
+    def release_stranded_holds(self) -> list[str]:
+        """Maintenance holds no active run names (an engine killed mid-check) go."""
+        try:
+            released = holds.release_stranded(self.backend)
+        except BackendError as error:  # Slurm unreachable: the next sweep tries again
+            logger.warning("Could not look for stranded maintenance holds: %s", error.message)
+            return []
+        if released:
+            logger.warning("Released stranded maintenance holds on %s", ", ".join(released))
+        return released
 
     # ------------------------------------------------------------- claiming
     def due(self):

@@ -30,6 +30,8 @@ class Trigger(models.TextChoices):
     HEALTH_EVENT = "health_event"
     ADMIN = "admin"
     POLICY = "policy"
+    # An admin's request written in Slurm's reason (`scontrol update … reason="Action:Replace"`).
+    SLURM = "slurm", "Slurm request"
 
 
 class Mode(models.TextChoices):
@@ -304,3 +306,44 @@ class BreakerRefusal(models.Model):
 
     def __str__(self) -> str:
         return f"refused {self.action} on {self.node_id}: {self.reason}"
+
+
+class SlurmRequest(models.Model):
+    """A request an admin wrote in a node's Slurm reason (`Action:Replace`), as the sync
+    first saw it, and what Medbay made of it: the run it started, or why it refused.
+
+    One row per request: the node, the words and the time Slurm gives the reason (its
+    `reason_changed_at`) are its key, so the many sync cycles that see one request make
+    one row, and the same words set again later are a new request.
+    """
+
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=600)  # the words and Slurm's time for them
+    text = models.CharField(max_length=512)  # the reason as the admin typed it
+    word = models.CharField(max_length=64)  # the request word it starts with
+    action = models.CharField(max_length=20, choices=Action.choices, blank=True)
+    form = models.CharField(max_length=8)  # how the node was taken out: fail, drain or down
+    requested_by = models.CharField(max_length=64, blank=True)  # Slurm's reason_set_by_user
+    requested_at = models.DateTimeField(null=True, blank=True)  # Slurm's reason time
+    seen_at = models.DateTimeField(default=timezone.now, db_index=True)
+    run = models.ForeignKey(
+        Remediation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    refusal = models.CharField(max_length=255, blank=True)  # why no run was started
+    answer = models.CharField(max_length=255, blank=True)  # the last reason Medbay wrote
+    settled = models.BooleanField(default=False)  # Medbay's last word is written
+
+    class Meta:
+        app_label = APP_LABEL
+        ordering = ["-seen_at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["node", "key"], name="one_row_per_request")]
+        indexes = [models.Index(fields=["settled"], name="slurm_request_unsettled")]
+
+    def __str__(self) -> str:
+        return f"{self.word} on {self.node_id} by {self.requested_by or '?'}"
+
+    @property
+    def who_and_when(self) -> str:
+        """`root 09:15`: who set the reason in Slurm, and when (local time)."""
+        at = timezone.localtime(self.requested_at).strftime("%H:%M") if self.requested_at else ""
+        return " ".join(part for part in (self.requested_by, at) if part)

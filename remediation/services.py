@@ -75,6 +75,9 @@ def _requested(run: Remediation, mode: str) -> str:
     """The first line of a run's history: an admin's run was asked for, not automatic."""
     if run.trigger == Trigger.ADMIN:
         return "Requested by an admin" + (" (dry run)" if mode == Mode.DRY_RUN else "")
+    if run.trigger == Trigger.SLURM:
+        request = run.context.get("slurm_request") or {}
+        return f"Requested in Slurm by {request.get('by') or 'someone'}: {run.reason}"
     return f"{Mode(mode).label} run requested"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,10 @@ from sync.jobs import sync_jobs
 from sync.nodes import pools_by_partition, sync_nodes, sync_partitions
 
 logger = logging.getLogger("sync")
+
+# Called with (cluster, backend, the snapshot's nodes) after each applied snapshot has
+# committed: the remediation app reads admins' requests from the reasons here.
+snapshot_listeners: list[Callable[[Cluster, ClusterBackend, list[NodeInfo]], None]] = []
 
 
 @dataclass
@@ -85,6 +90,11 @@ def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncRes
     drift.save(cluster, found)
     drift.save_edits(cluster, edits, generation)
     result.partition_drift, result.reapplied = found, reapplied
+    for listener in list(snapshot_listeners):
+        try:
+            listener(cluster, backend, snapshot.nodes)
+        except Exception:  # a listener's failure must not fail the sync
+            logger.exception("Snapshot listener %r failed", listener)
     return result
 
 

@@ -90,3 +90,19 @@ class ReportsFleetHolders(Protocol):
     """Sees other controllers' holds on a node (Kubernetes taints and cordons)."""
 
     def holders(self, node: str) -> list[str]: ...
+
+
+# Medbay's maintenance reservations are named this, then the node: `medbay-check-gpu-03`.
+CHECK_HOLD_PREFIX = "medbay-check-"
+
+
+@runtime_checkable
+class HoldsNodesForChecks(Protocol):
+    """Keeps the scheduler off a node while Medbay checks it, and lets go afterwards:
+    Slurm's maintenance reservation on that node alone (HyperPod's deep health checks
+    run the same way). Each call is idempotent; `checks_holds` names the nodes Medbay
+    holds now, so that a hold left behind by a killed engine can be found and removed."""
+
+    def hold_for_checks(self, node: str) -> None: ...
+    def release_checks_hold(self, node: str) -> None: ...
+    def checks_holds(self) -> list[str]: ...

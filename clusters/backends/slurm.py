@@ -33,7 +33,9 @@ from clusters.backends.base import (
     PartitionInfo,
 )
 from clusters.backends.capabilities import (
+    CHECK_HOLD_PREFIX,
     ChecksRunOnThisHost,
+    HoldsNodesForChecks,
     ReadsConfiguredPartitions,
     ReadsControllerGeneration,
     RunsSlurmCommands,
@@ -74,6 +76,8 @@ RELEASE_AFTER_REQUEUE = timedelta(seconds=2)
 
 # What `scontrol update state=resume` says of a node that needs no resume: 22.05
 # "Invalid node state specified", 26.05 "Invalid node state transition".
+# A maintenance hold ends by itself after this, should nobody delete it.
+CHECK_HOLD_MINUTES = 120
 RESUME_REFUSALS = ("Invalid node state specified", "Invalid node state transition")
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -103,10 +107,15 @@ def utc_now() -> datetime:
 
 
 class SlurmBackend(
-    RunsSlurmCommands, ReadsConfiguredPartitions, ReadsControllerGeneration, ChecksRunOnThisHost
+    RunsSlurmCommands,
+    ReadsConfiguredPartitions,
+    ReadsControllerGeneration,
+    ChecksRunOnThisHost,
+    HoldsNodesForChecks,
 ):
     """Reads and acts on a real Slurm cluster through its CLI; it also reads slurm.conf
-    and slurmctld's restarts, and knows when its nodes are this very host."""
+    and slurmctld's restarts, knows when its nodes are this very host, and holds a node
+    in a maintenance reservation while Medbay checks it."""
 
     name = "slurm"
 
@@ -354,6 +363,40 @@ class SlurmBackend(
             ]
         )
 
+    # ------------------------------------------------------------ maintenance holds
+
+    def hold_for_checks(self, node: str) -> None:
+        """A maintenance reservation on NODE alone, for Medbay's own account: the
+        scheduler starts no job there until it is deleted. `ignore_jobs`, so that a node
+        still finishing a job can be held too; two hours, so that even a hold nobody
+        deletes ends by itself."""
+        name = CHECK_HOLD_PREFIX + checked_node(node)
+        try:
+            self.run(
+                [
+                    "scontrol", "create", "reservation", f"reservationname={name}",
+                    "flags=maint,ignore_jobs", f"nodes={checked_node(node)}",
+                    "starttime=now", f"duration={CHECK_HOLD_MINUTES}", f"users={_own_user()}",
+                ]
+            )  # fmt: skip
+        except BackendError as error:
+            if "duplicate" not in error.message.lower():
+                raise
+
+    def release_checks_hold(self, node: str) -> None:
+        name = CHECK_HOLD_PREFIX + checked_node(node)
+        try:
+            self.run(["scontrol", "delete", f"reservation={name}"])
+        except BackendError as error:
+            if "invalid" not in error.message.lower():  # already gone
+                raise
+
+    def checks_holds(self) -> list[str]:
+        """The nodes Medbay's maintenance reservations hold now."""
+        text = self.run(["scontrol", "show", "reservation", "--oneliner"])
+        names = re.findall(r"ReservationName=(\S+)", text)
+        return sorted(n[len(CHECK_HOLD_PREFIX) :] for n in names if n.startswith(CHECK_HOLD_PREFIX))
+
     def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None:
         """Replaces the partition's members (until slurmctld restarts, see
         configured_partitions)."""
@@ -564,3 +607,8 @@ def job_id_from_sbatch(result: CommandResult) -> int:
         # Not retryable: the job may exist, and a retry would submit it twice.
         raise BackendError(f"sbatch printed no job id: {result.stdout!r}", permanent=True)
     return int(match.group(1))
+
+
+def _own_user() -> str:
+    """The Unix account Medbay runs as: the only user its maintenance holds admit."""
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -26,6 +26,7 @@ from remediation.services import slurm_reason
 from remediation.steps import (
     StepResult,
     failed,
+    holds,
     needs_attention,
     skipped,
     step,
@@ -137,7 +138,12 @@ def replace(run, ctx):
         replaced_at=ctx.now.isoformat(),
     )
     reason = ownership.reason_for(run, ctx, REPLACE_REASON, info=info)
-    replacement = ctx.fleet.replace(run.node.name, reason, spares=choice.offered)
+    offered = choice.offered
+    # Held before it joins the pool, so no job lands on it before its checks pass.
+    if holds.hold(ctx, offered[0]):
+        offered = offered[:1]
+    replacement = ctx.fleet.replace(run.node.name, reason, spares=offered)
+    holds.hold(ctx, replacement)  # a fleet that chose another spare itself
     ctx.context["replacement"] = replacement
     _record_pools(run, ctx, replacement)
     skipped_text = f" (not offered: {choice.skipped_text()})" if choice.skipped else ""
@@ -223,6 +229,7 @@ def validate(run, ctx):
             # Nothing to wait for: a GPU the agent reported failed stays failed until repair.
             return _reject_replacement(run, ctx, target, known)
     target = ctx.context.get("replacement") or run.node.name
+    held = holds.hold(ctx, target)
     info = ctx.node(target)
     problem = _not_ready(info, target)
     if not problem:
@@ -231,9 +238,11 @@ def validate(run, ctx):
         try:
             ok, message = ctx.validator(ctx.backend, target)
         except CannotValidate as error:
-            return needs_attention(f"{target} cannot be validated: {error.message}; then retry.")
+            return _checks_failed(run, ctx, target, f"cannot be validated: {error.message}")
         if ok:
-            return succeeded(f"{target} passed validation: {message}")
+            holds.release(ctx)
+            where = " in a maintenance reservation" if held else ""
+            return succeeded(f"{target} passed validation{where}: {message}")
         problem = message
     ctx.context.setdefault("validate_started_at", ctx.now.isoformat())
     waited = ctx.since("validate_started_at")
@@ -242,8 +251,19 @@ def validate(run, ctx):
             return _reject_replacement(
                 run, ctx, target, f"not valid after {VALIDATE_PATIENCE_S} s: {problem}"
             )
-        return needs_attention(f"{target} did not pass validation: {problem}")
+        return _checks_failed(run, ctx, target, f"did not pass validation: {problem}")
     return waiting(f"{target} not valid yet: {problem}", VALIDATE_POLL_S)
+
+
+def _checks_failed(run, ctx, target: str, why: str):
+    """TARGET failed its checks (or nothing may judge it): it stays out of service with
+    the failing check in its reason, its hold is let go, and the run asks an admin."""
+    if holds.release(ctx):
+        info = ctx.node(target)
+        reason = slurm_reason(run, f"{target} {why}")[: holders.REASON_MAX]
+        if info is not None and not ("drain" in info.flags and info.reason == reason):
+            ctx.backend.drain_node(target, reason)
+    return needs_attention(f"{target} {why}; then retry.")
 
 
 def _replacement_handled_elsewhere(run, ctx):
@@ -293,6 +313,8 @@ def _reject_replacement(run, ctx, target: str, why: str):
         }
         ctx.remember(rejecting=pending)  # the intent, before touching Slurm
     rejected[target] = pending["why"]
+    if ctx.context.get(holds.HOLD_KEY) == target:
+        holds.release(ctx)  # drained below: the hold has done its work
     text = f"failed validation replacing {run.node.name}: {pending['why']}"
     reason = slurm_reason(run, text)[: holders.REASON_MAX]
     _send_to_repair(run, ctx, target, reason)

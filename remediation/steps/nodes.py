@@ -8,6 +8,7 @@ from clusters.models import Gpu, GpuHealth, Node, NodePool
 from remediation import ownership
 from remediation.models import Action
 from remediation.steps import (
+    holds,
     needs_attention,
     skipped,
     step,
@@ -87,6 +88,9 @@ def reboot(run, ctx):
             "reboot it, since Slurm resumes a node after the reboot. Reboot it by hand or "
             "release that hold, then retry this run."
         )
+    # Slurm resumes the node after its boot: held first, so that it takes no job before
+    # the validate step's checks pass.
+    holds.hold(ctx, run.node.name)
     ctx.backend.reboot_node(run.node.name, ownership.reason_for(run, ctx))
     ctx.context["reboot_requested_at"] = ctx.now.isoformat()
     return succeeded(f"reboot of {run.node.name} requested")
@@ -168,7 +172,10 @@ def wait_drained(run, ctx):
     if limit is not None and waited is not None and waited.total_seconds() >= limit:
         requeued, cancelled = requeue_or_cancel(run, ctx, jobs)
         return waiting(f"preempted jobs {ids} after {limit}s (requeued {requeued})", 1)
-    return waiting(f"{len(jobs)} job(s) still running on {run.node.name}: {ids}", DRAINED_POLL_S)
+    return waiting(
+        f"waiting for job{'s' if len(jobs) > 1 else ''} {ids} to end on {run.node.name}",
+        DRAINED_POLL_S,
+    )
 
 
 @step("notify", "tell the admins about {node}")

@@ -109,6 +109,11 @@ def test_the_channel_layer_is_redis_lists_unless_pubsub_is_asked_for():
         ({"MEDBAY_PART_FAULT_MIN_NODES": "1"}, "MEDBAY_PART_FAULT_MIN_NODES must be 2 or more"),
         ({"MEDBAY_JOB_FAULT_CAUSES": "application,gremlins"}, "unknown cause class gremlins"),
         ({"MEDBAY_TOPOLOGY_FILES": "/nonexistent/topology.conf"}, "MEDBAY_TOPOLOGY_FILES:"),
+        (
+            {"MEDBAY_SLURM_REASON_ACTIONS": "[hardware_problem]=rma"},
+            "MEDBAY_SLURM_REASON_ACTIONS: [hardware_problem]=rma must be",
+        ),
+        ({"MEDBAY_SLURM_REASON_ACTIONS": "Action:Replace"}, "MEDBAY_SLURM_REASON_ACTIONS must"),
     ],
 )
 def test_bad_grouping_settings_stop_the_portal_naming_the_setting(env, words):
