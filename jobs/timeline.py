@@ -24,7 +24,7 @@ from health.ingest import SEVERITY_RANK
 from health.models import EventKind, HealthEvent
 from jobs.models import Job, JobProgress, JobState, JobStateChange
 from remediation.correlation import job_fault_of
-from remediation.models import JobEffect, Remediation, RemediationJob, StepOutcome
+from remediation.models import JobEffect, Remediation, RemediationJob, SlurmRequest, StepOutcome
 from remediation.models import Trigger as RunTrigger
 from remediation.templatetags.remediation_tags import step_label
 
@@ -356,12 +356,26 @@ def _cause(facts: Facts, change, restart: Restart) -> tuple[str, str]:
         why = f" ({run.reason})" if run.reason else ""
         action = run.get_action_display().lower()
         return Cause.ADMIN, f"admin {who} asked Medbay to {action} {run.node.name}{why}"
+    if run is not None and run.trigger == RunTrigger.SLURM:
+        request = run.context.get("slurm_request") or {}
+        action = run.get_action_display().lower()
+        return Cause.ADMIN, (
+            f"{request.get('by') or 'an admin'} asked in Slurm to {action} {run.node.name}"
+            f" ({run.reason}), and Medbay's run {run.pk} requeued it"
+        )
     if run is not None:
         restart.fault = _fault_of(run, facts.health)
         return Cause.XID, _fault_words(run, restart.fault)
     nearby = [c for c in facts.changes if abs((c.at - change.at).total_seconds()) <= 1]
     text = " ".join(f"{c.from_state} {c.to_state} {c.reason}" for c in nearby).lower()
     ran_on = list(change.node_names) or list(facts.job.node_names)
+    asked = _slurm_request_ending(facts.job, ran_on, change.at)
+    if asked is not None:
+        ran = f"; Medbay's run {asked.run_id} replaced it" if asked.run_id else ""
+        return Cause.ADMIN, (
+            f"{asked.requested_by or 'an admin'} took {asked.node.name} down in Slurm"
+            f" ({asked.text}), which ended the job, and Slurm requeued it{ran}"
+        )
     if "preempt" in text:
         return Cause.PREEMPTION, "Slurm preempted it for a higher-priority job"
     failed_node = _failed_node(ran_on, change.at)
@@ -405,6 +419,22 @@ def _fault_words(run: Remediation, fault: HealthEvent | None) -> str:
         return f"Medbay's remediation of {run.node.name} ({run.reason})"
     gpu = f"GPU {fault.gpu_index} on " if fault.gpu_index is not None else ""
     return f"{gpu}{fault.node.name} reported XID {fault.xid} ({lookup(fault.xid).name})"
+
+
+def _slurm_request_ending(job: Job, node_names: list[str], at: datetime) -> SlurmRequest | None:
+    """An admin's request in Slurm that took one of NODE_NAMES down (state=down ends its
+    jobs) just before AT: the cause of a requeue nobody in Medbay asked for."""
+    return (
+        SlurmRequest.objects.filter(
+            node__cluster_id=job.cluster_id,
+            node__name__in=node_names,
+            form="down",
+            requested_at__range=(at - MATCH_SLACK, at + CLOCK_SLACK),
+        )
+        .select_related("node")
+        .order_by("-requested_at")
+        .first()
+    )
 
 
 def _failed_node(node_names: list[str], at: datetime) -> str:

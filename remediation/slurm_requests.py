@@ -23,14 +23,17 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from clusters import holders
 from clusters.backends.base import BackendError, ClusterBackend, NodeInfo
 from clusters.backends.slurm_spares import SPARE_PARTITION
 from clusters.models import Cluster, Node
+from jobs.models import JobState, JobStateChange
 from remediation import safety, services
 from remediation.deciding import severity
 from remediation.models import (
@@ -70,7 +73,11 @@ REBOOT_JOBS = (
 )
 # The steps of a requested replace whose running jobs are left to finish: capacity first.
 REPLACE_WAITING = ("check_eligibility", "replace", "validate", "wait_drained", "cordon")
-REPLACE_AFTER_DOWN = ("check_eligibility", "replace", "validate", "cordon")
+# After state=down Slurm has requeued the node's requeueable jobs itself, held back for
+# its credential's lifetime (121 s): they are released early, as after Medbay's requeue.
+REPLACE_AFTER_DOWN = ("check_eligibility", "replace", "validate", "cordon", "release_jobs")
+# How far back a requeue counts as the one state=down caused (the sync's interval).
+DOWN_REQUEUE_SLACK = timedelta(minutes=2)
 # Steps that only look: a run that has done nothing else has not acted yet.
 LOOKING_STEPS = ("check_eligibility", "notify")
 # The node is already out of service: the plans' own first drain would only rewrite it.
@@ -229,6 +236,8 @@ def _start(node: Node, row: SlurmRequest, meaning: Meaning, info: NodeInfo):
                           "form": row.form},
         "job_handling": handling,
     }  # fmt: skip
+    if meaning.action == Action.REPLACE and row.form == "down":
+        context.update(_requeued_by_slurm(node, row))
     who = row.requested_by or "someone"
 
     def create() -> Remediation:
@@ -258,6 +267,28 @@ def _start(node: Node, row: SlurmRequest, meaning: Meaning, info: NodeInfo):
     return services.supersede(busy, create, why=why, actor=f"{who} (in Slurm)") or (
         f"{node.name} is already in Medbay's run {busy.pk}"
     )
+
+
+def _requeued_by_slurm(node: Node, row: SlurmRequest) -> dict:
+    """The jobs Slurm requeued off NODE when it went down, in the shape the release step
+    reads (`requeued`, `jobs`: each one's old nodes), so they start on healthy nodes as
+    soon as it is safe, not after Slurm's hold."""
+    since = (row.requested_at or timezone.now()) - DOWN_REQUEUE_SLACK
+    changes = JobStateChange.objects.filter(
+        job__cluster_id=node.cluster_id, to_state=JobState.PENDING, at__gte=since
+    ).values_list("job__slurm_id", "node_names")
+    jobs = {
+        str(slurm_id): {"nodes": list(names)}
+        for slurm_id, names in changes
+        if node.name in (names or [])
+    }
+    if not jobs:
+        return {}
+    return {
+        "requeued": sorted(int(job_id) for job_id in jobs),
+        "requeued_at": timezone.now().isoformat(),
+        "jobs": jobs,
+    }
 
 
 def plan_for_request(action: str, form: str, info: NodeInfo) -> tuple[list[str], str]:

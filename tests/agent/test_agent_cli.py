@@ -70,7 +70,28 @@ def healthy_config(tmp_path, **extra):
 
 def test_check_exits_zero_when_healthy(capsys, tmp_path):
     code, lines = run_cli(capsys, "check", "--once", "--config", str(healthy_config(tmp_path)))
-    assert (code, lines) == (0, ["healthy: 1 pass, 0 warn, 1 skip"])
+    # A skipped check is never reported as passed: it is named, with its reason.
+    assert (code, lines) == (
+        0,
+        [
+            "healthy: 1 pass, 0 warn, 1 skip "
+            "(skipped, with the reason: force_drain: no fail_file configured)"
+        ],
+    )
+
+
+def test_the_deep_checks_run_the_stress_checks_and_skip_missing_tools_naming_them(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi, dcgmi or nccl-tests here
+    monkeypatch.setattr("agent.checks.base.SYSTEM_BIN_DIRS", ())
+    config = tmp_path / "deep.json"
+    config.write_text(json.dumps({"disk": {"paths": [str(tmp_path)]}, "expected_gpus": 0}))
+    code, lines = run_cli(capsys, "check", "--once", "--deep", "--config", str(config))
+    assert code == 0
+    assert "memory_stress" not in lines[0] and "cpu_stress" not in lines[0]  # both ran
+    for skipped in ("nvlink: nvidia-smi not found", "dcgm_diag: dcgmi not found"):
+        assert skipped in lines[0]
 
 
 def test_check_skips_gpu_checks_when_the_tools_are_missing(capsys, tmp_path, monkeypatch):
@@ -79,7 +100,13 @@ def test_check_skips_gpu_checks_when_the_tools_are_missing(capsys, tmp_path, mon
     config = tmp_path / "medbay.toml"
     config.write_text('checks = ["nvidia_smi_responds", "ecc_remap", "dcgm_diag"]\n')
     code, lines = run_cli(capsys, "check", "--once", "--config", str(config))
-    assert (code, lines) == (0, ["healthy: 0 pass, 0 warn, 3 skip"])
+    assert (code, lines) == (
+        0,
+        [
+            "healthy: 0 pass, 0 warn, 3 skip (skipped, with the reason: nvidia_smi_responds: "
+            "nvidia-smi not found; ecc_remap: nvidia-smi not found; dcgm_diag: dcgmi not found)"
+        ],
+    )
 
 
 def test_check_exits_one_with_a_one_line_reason(capsys, tmp_path):

@@ -8,7 +8,8 @@ slurmctld start 22.05's nodes read `unknown` until their slurmd's register again
 and a spare that is not yet `idle` is no free spare to the engine.
 
 The known state: every node registered, `idle`, with no drain, fail or other
-flag; no job pending, running or completing; partitions as slurm.conf has them.
+flag; no job pending, running or completing; partitions as slurm.conf has them; no
+maintenance hold of Medbay's left.
 The minicluster belongs to the tests, so whatever a test left behind is undone
 (jobs cancelled, nodes resumed, partitions reset) and then waited for, with a
 bounded timeout; if it cannot be, the failure names the node, job or partition.
@@ -59,6 +60,7 @@ def departures(backend) -> list[str]:
             f"partition {partition.name} holds {','.join(partition.nodes) or 'nothing'},"
             f" slurm.conf says {','.join(wanted) or 'nothing'}"
         )
+    found += [f"Medbay's maintenance hold on {node} is left" for node in backend.checks_holds()]
     return found
 
 
@@ -87,6 +89,8 @@ def undo_leftovers(backend) -> None:
                 backend.resume_node(node.name)
     for partition, wanted in partitions_changed(backend):
         backend.set_partition_nodes(partition.name, list(wanted))
+    for node in backend.checks_holds():
+        backend.release_checks_hold(node)
 
 
 def bring_to_known_state(backend, when: str, timeout_s: float = SETTLE_TIMEOUT_S) -> None:

@@ -107,11 +107,13 @@ def test_state_down_replaces_at_once_and_the_requeued_job_runs_again_elsewhere(
     look()
     run = Remediation.objects.get()
     assert run.planned_steps == list(REPLACE_AFTER_DOWN)
+    assert run.context["requeued"] == [job_on_01_02], "Slurm's own requeue, to release"
+    Remediation.objects.filter(pk=run.pk).update(context={**run.context, "verify_after_s": 0})
     drive(engine, look)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.message
-    look(sim.requeue_hold)  # Slurm holds a requeued job back this long before it starts
     job = sim.job(job_on_01_02)
+    assert sim.now - job.start_time < sim.requeue_hold, "released before Slurm's hold ends"
     assert job.state == "RUNNING" and "gpu-02" not in job.nodes
 
 
