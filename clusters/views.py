@@ -16,6 +16,7 @@ from jobs.models import ACTIVE_JOB_STATES
 from portal.healthz import healthz as portal_healthz
 from portal.regions import pushable, shared_region
 from remediation.actions import action_menu
+from remediation.slurm_requests import requests_for
 
 
 @pushable(COUNTS_REGION, PROBLEMS_REGION)
@@ -94,6 +95,7 @@ def node_detail(request, name: str):
         "undecidable": node.incidents.exclude(decision_error="").order_by("-pk")[:10],
         "cleared": node.incidents.exclude(cleared_at=None).order_by("-cleared_at")[:5],
         "node_actions": action_menu(node) if is_admin(request.user) else [],
+        "slurm_requests": requests_for(node),
     }
     return render(request, "clusters/node_detail.html", context)
 

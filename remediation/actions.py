@@ -7,7 +7,7 @@ database's one-active-run-per-node constraint are never bypassed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.core.exceptions import PermissionDenied
@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from clusters import holders
 from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
 from clusters.status import POOL_FOR_PARTITION
@@ -415,6 +416,19 @@ def impact_preview(node: Node, action: str, *, steps: list[str] | None = None) -
         failed_gpus=failed_gpus(node) if action in BACK_TO_SERVICE else [],
         held_by=" and ".join(filter(None, (node.held_by, node.fleet_held_by))),
     )
+
+
+def run_impact(run: Remediation, *, from_step: int = 0) -> Impact:
+    """What RUN's own plan (from FROM_STEP on) touches: its planned steps, not the
+    action's usual ones, and the other holders the run itself recorded. A request typed
+    in Slurm is the admin's hold that the run answers, not someone else's to leave in
+    place, and a node already out of service is no reason to refuse it."""
+    impact = impact_preview(run.node, run.action, steps=run.planned_steps[from_step:])
+    if run.trigger == Trigger.SLURM:
+        impact = replace(impact, refusal="")
+    if "held_by" in (run.context or {}):
+        impact = replace(impact, held_by=holders.describe(run.context["held_by"]))
+    return impact
 
 
 def _affected(job: Job, checkpoint_at: datetime | None, now: datetime) -> AffectedJob:

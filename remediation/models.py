@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from remediation.transitions import ACTIVE, RunStatus
 
@@ -188,6 +189,16 @@ class Remediation(models.Model):
         if self.current_step < len(self.planned_steps):
             return self.planned_steps[self.current_step]
         return ""
+
+    @property
+    def asked_in_slurm(self) -> dict | None:
+        """For a run an admin asked for in Slurm's reason: who, when, what they typed,
+        how the node was taken out (fail, drain, down) and how its jobs are handled."""
+        request = (self.context or {}).get("slurm_request")
+        if not request:
+            return None
+        at = parse_datetime(request.get("at") or "")
+        return {**request, "at": at, "handling": self.context.get("job_handling", "")}
 
 
 class RemediationStep(models.Model):

@@ -95,12 +95,10 @@ def _render_run(request, run: Remediation, *, form=None, error: str = "", status
 def _impact_if_awaiting(run: Remediation):
     if run.status == RunStatus.NEEDS_ATTENTION:
         # A retry runs the plan on from the step that stopped.
-        return actions.impact_preview(
-            run.node, run.action, steps=run.planned_steps[run.current_step :]
-        )
+        return actions.run_impact(run, from_step=run.current_step)
     if run.status != RunStatus.AWAITING_APPROVAL:
         return None
-    return actions.impact_preview(run.node, run.action)
+    return actions.run_impact(run)
 
 
 @require_POST
@@ -140,7 +138,7 @@ def approvals(request):
     runs = Remediation.objects.filter(status=RunStatus.AWAITING_APPROVAL).select_related(
         *RUN_RELATED, "node__pool"
     )
-    queue = [(run, actions.impact_preview(run.node, run.action)) for run in runs]
+    queue = [(run, actions.run_impact(run)) for run in runs]
     context = {
         "queue": queue,
         "form": DecisionForm(),

@@ -60,6 +60,9 @@ class SmallCluster:
                 for n in self.node_list
             ]
 
+    def checks_holds(self):
+        return []
+
     def set_partition_nodes(self, name, nodes):
         self.actions.append(f"partition {name}={','.join(nodes)}")
         if not self.stuck:

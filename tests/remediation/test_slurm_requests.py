@@ -222,3 +222,34 @@ def test_a_requeue_partition_checkpoints_and_requeues_instead(sim, look, setting
     run = Remediation.objects.get()
     assert run.planned_steps[:3] == ["signal_jobs", "wait_grace", "requeue_jobs"]
     assert "as partition train asks" in run.context["job_handling"]
+
+
+def test_the_approval_card_shows_the_runs_own_plan_and_no_hold_of_its_own_request(
+    sim, look, settings, web, admin_user
+):
+    settings.MEDBAY_SLURM_REASON_ACTIONS = {"Action:Replace": "replace/approval"}
+    sim.fail_node("gpu-03", "Action:Replace fans, ticket 4711")
+    look()
+    run = Remediation.objects.get()
+    page = web(admin_user).get("/remediation/approvals/").content.decode()
+    card = page.split(f'id="approval-{run.pk}"', 1)[1].split("</section>", 1)[0]
+    assert "Asked in Slurm by <strong>root</strong>" in card
+    assert "<q>Action:Replace fans, ticket 4711</q>" in card
+    assert "Check for a free spare → Replace with a spare" in card
+    assert "Signal jobs" not in card, "the action's usual plan, not this run's"
+    assert "Also held by" not in card, "the request is the hold this run answers"
+
+    detail = web(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+    assert "root, in Slurm" in detail
+    assert "running jobs are not killed" in detail
+
+
+def test_the_node_page_lists_requests_with_their_run_or_refusal(sim, look, web, admin_user):
+    sim.drain_node("gpu-03", "Action:Frobnicate")
+    look()
+    look()
+    page = web(admin_user).get("/nodes/gpu-03/").content.decode()
+    assert "Requests from Slurm" in page
+    assert "<q>Action:Frobnicate</q>" in page
+    assert "refused: unknown request word" in page
+    assert "Slurm's reason now: medbay: refused Action:Frobnicate" in page
