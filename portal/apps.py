@@ -7,8 +7,9 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from clusters.backends import slurm_cli
-        from portal import metrics, signals  # noqa: F401 (connects the receivers)
+        from portal import signals  # noqa: F401 (connects the receivers)
+        from portal.metrics.slurm_commands import record_slurm_command
 
         # Every process that runs Slurm commands (web, slurm_sync, run_engine)
         # counts them where /metrics can read them.
-        slurm_cli.add_command_observer(metrics.record_slurm_command)
+        slurm_cli.add_command_observer(record_slurm_command)

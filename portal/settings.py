@@ -383,6 +383,12 @@ for _entry in MEDBAY_METRICS_ALLOW:
             f"MEDBAY_METRICS_ALLOW must list IP addresses or networks, got {_entry!r}"
         ) from None
 MEDBAY_METRICS_TOKEN = env_str("MEDBAY_METRICS_TOKEN")
+# An agent run with `--interval 60` reports its checks every minute; one silent for
+# longer (its token's last use is kept to the minute) counts in medbay_agents_silent.
+MEDBAY_AGENT_SILENT_AFTER_S = env_int("MEDBAY_AGENT_SILENT_AFTER_S", 180)
+# The site's Grafana, where the Medbay dashboard (deploy/grafana/medbay.json) is
+# imported: node and run pages link to it. Unset: no links.
+MEDBAY_GRAFANA_URL = env_str("MEDBAY_GRAFANA_URL").rstrip("/")
 # Addresses a person's webhook may reach beyond the public internet (jobs/webhooks.py):
 # IP addresses, networks or host names, e.g. `10.20.0.0/16,hooks.corp.example`.
 MEDBAY_WEBHOOK_ALLOW = env_list("MEDBAY_WEBHOOK_ALLOW", [])

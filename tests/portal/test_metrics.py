@@ -20,7 +20,7 @@ from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm_cli import SLURM_TOOLS
 from clusters.models import Cluster, Node
 from health.models import NodeToken
-from portal.metrics import SLURM_BUCKETS_S, SLURM_KEY
+from portal.metrics.slurm_commands import SLURM_BUCKETS_S, SLURM_KEY
 from remediation.models import BreakerTrip, Remediation, RemediationStep
 
 SAMPLE = re.compile(r'^([a-z_]+)(\{(?:[a-z_]+="(?:[^"\\]|\\.)*",?)*\})? (-?[0-9.e+-]+|\+Inf|NaN)$')
@@ -45,23 +45,44 @@ def private_counters(settings):
     )
 
 
-def scrape(client: Client | None = None, **extra) -> dict[str, float]:
+LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+
+
+def canonical(key: str) -> str:
+    """A sample's name and labels with the labels in name order, as the test writes them
+    or as the client library orders them (it puts `le` first)."""
+    name, _, labels = key.partition("{")
+    pairs = sorted(LABEL.findall(labels))
+    return name + ("{" + ",".join(f'{k}="{v}"' for k, v in pairs) + "}" if pairs else "")
+
+
+class Samples(dict):
+    """Samples by name and labels, looked up whatever the labels' order."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(canonical(key))
+
+    def __contains__(self, key):
+        return super().__contains__(canonical(key))
+
+
+def scrape(client: Client | None = None, **extra) -> Samples:
     response = (client or Client()).get("/metrics", **extra)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=0.0.4")
-    samples = {}
+    samples = Samples()
     for line in response.content.decode().splitlines():
         if line.startswith("#"):
             continue
         match = SAMPLE.match(line)
         assert match, f"not a Prometheus sample line: {line!r}"
-        samples[f"{match.group(1)}{match.group(2) or ''}"] = float(match.group(3))
+        samples[canonical(f"{match.group(1)}{match.group(2) or ''}")] = float(match.group(3))
     return samples
 
 
 def test_every_family_has_help_and_type_lines_before_its_samples(synced):
     text = Client().get("/metrics").content.decode()
-    declared = set(re.findall(r"^# TYPE (\w+) (?:gauge|counter|histogram)$", text, re.M))
+    declared = set(re.findall(r"^# TYPE (\w+) (?:gauge|counter|histogram|summary)$", text, re.M))
     helped = set(re.findall(r"^# HELP (\w+) ", text, re.M))
 
     assert declared == helped
