@@ -10,6 +10,7 @@ from clusters import canvas
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
+from core.grafana import node_dashboard_url
 from core.roles import ANY_ROLE, is_admin, role_required
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
@@ -96,6 +97,7 @@ def node_detail(request, name: str):
         "cleared": node.incidents.exclude(cleared_at=None).order_by("-cleared_at")[:5],
         "node_actions": action_menu(node) if is_admin(request.user) else [],
         "slurm_requests": requests_for(node),
+        "grafana_url": node_dashboard_url(node.cluster.name, node.name),
     }
     return render(request, "clusters/node_detail.html", context)
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from clusters import drift
 from clusters.models import Cluster, Node
+from core.grafana import run_dashboard_url
 from core.roles import ANY_ROLE, Role, role_required
 from health.models import Incident
 from portal.regions import pushable, shared_region
@@ -77,7 +78,9 @@ def run_detail(request, pk: int):
 
 
 def _get_run(pk: int) -> Remediation:
-    return get_object_or_404(Remediation.objects.select_related(*RUN_RELATED, "incident"), pk=pk)
+    return get_object_or_404(
+        Remediation.objects.select_related(*RUN_RELATED, "incident", "node__cluster"), pk=pk
+    )
 
 
 def _render_run(request, run: Remediation, *, form=None, error: str = "", status: int = 200):
@@ -88,6 +91,9 @@ def _render_run(request, run: Remediation, *, form=None, error: str = "", status
         "form": form or DecisionForm(),
         "error": error,
         "impact": _impact_if_awaiting(run),
+        "grafana_url": run_dashboard_url(
+            run.node.cluster.name, run.node.name, run.created_at, run.finished_at
+        ),
     }
     return render(request, "remediation/run_detail.html", context, status=status)
 
