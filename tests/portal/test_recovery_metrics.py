@@ -219,3 +219,27 @@ def test_xid_events_are_counted_per_node_and_code(synced):
     samples = scrape()
 
     assert samples['medbay_xid_events_total{cluster="test",node="gpu-01",xid="79"}'] == 3
+
+
+def test_the_exposition_with_every_family_filled_passes_promtool_check_metrics(fault, settings):
+    import subprocess
+
+    from django.test import Client
+
+    from tests.portal.prometheus_tools import require_tool
+
+    node, at, run = fault
+    NodeStateChange.objects.create(node=node, to_status="drained", at=at + timedelta(seconds=70))
+    Remediation.objects.create(
+        node=Node.objects.get(name="gpu-02"), action="drain", trigger="admin", reason="x",
+        status="succeeded", finished_at=timezone.now(),
+    )  # fmt: skip
+    BreakerTrip.objects.create(partition="train", reason="too many")
+    text = Client().get("/metrics").content
+
+    result = subprocess.run(
+        [require_tool("promtool"), "check", "metrics"], input=text, capture_output=True
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout + result.stderr == b"", "promtool has lint remarks"
