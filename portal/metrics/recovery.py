@@ -14,11 +14,10 @@ series from the start (all zeros), so Prometheus's rate() sees the first fault a
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from datetime import datetime
 
-from django.db.models import Min, Subquery
+from django.db.models import Min, OuterRef, Subquery
 from prometheus_client.core import CounterMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
@@ -77,80 +76,60 @@ def per_cluster_histogram(name, documentation, clusters, observations):
     return histogram(name, documentation, ["cluster"], every)
 
 
-def _first_run_per_incident():
-    """incident id -> (cluster, node id, opened at, run created, run finished)."""
+def fault_to_out_of_service(now: datetime):
+    """Each remediated incident's first run, with its node's first change out of service
+    at or after the report: one index seek on (node, at) per run, not the history."""
+    first_out = (
+        NodeStateChange.objects.filter(
+            node_id=OuterRef("incident__node_id"),
+            to_status__in=OUT_OF_SERVICE,
+            at__gte=OuterRef("incident__opened_at"),
+        )
+        .order_by("at")
+        .values("at")[:1]
+    )
     rows = (
         Remediation.objects.filter(incident__isnull=False)
+        .annotate(out_at=Subquery(first_out))
         .values_list(
-            "incident_id",
-            "node__cluster__name",
-            "incident__node_id",
-            "incident__opened_at",
-            "created_at",
-            "finished_at",
+            "incident_id", "node__cluster__name", "incident__opened_at", "finished_at", "out_at"
         )
         .order_by("-created_at", "-pk")
     )
     # Newest first, so the first run of each incident is the one the dict keeps.
-    return {row[0]: row[1:] for row in rows}
-
-
-def fault_to_out_of_service(now: datetime):
-    runs = _first_run_per_incident()
-    if not runs:
-        return
-    changes: dict[int, list[datetime]] = defaultdict(list)
-    for node_id, at in (
-        NodeStateChange.objects.filter(
-            to_status__in=OUT_OF_SERVICE,
-            node_id__in=Subquery(
-                Remediation.objects.filter(incident__isnull=False).values("incident__node_id")
-            ),
-            at__gte=min(opened_at for _, _, opened_at, _, _ in runs.values()),
-        )
-        .values_list("node_id", "at")
-        .order_by("at")
-    ):
-        changes[node_id].append(at)
-    for cluster, node_id, opened_at, _created, finished in runs.values():
-        times = changes.get(node_id, [])
-        index = bisect_left(times, opened_at)
+    first_runs = {row[0]: row[1:] for row in rows}
+    for cluster, opened_at, finished_at, out_at in first_runs.values():
         # Only while the run was open: a later drain belongs to another fault.
-        if index < len(times) and times[index] <= (finished or now):
-            yield cluster, seconds_between(opened_at, times[index])
+        if out_at is not None and out_at <= (finished_at or now):
+            yield cluster, seconds_between(opened_at, out_at)
 
 
 def fault_to_job_running():
-    requeues = list(
-        RemediationJob.objects.filter(effect=JobEffect.REQUEUED).values_list(
-            "remediation__node__cluster_id",
+    """Each job a run requeued, with its first RUNNING after the requeue."""
+    running_again = (
+        JobStateChange.objects.filter(
+            job__cluster_id=OuterRef("remediation__node__cluster_id"),
+            job__slurm_id=OuterRef("slurm_job_id"),
+            to_state=JobState.RUNNING,
+            at__gte=OuterRef("at"),
+        )
+        .order_by("at")
+        .values("at")[:1]
+    )
+    rows = (
+        RemediationJob.objects.filter(effect=JobEffect.REQUEUED)
+        .annotate(running_at=Subquery(running_again))
+        .filter(running_at__isnull=False)
+        .values_list(
             "remediation__node__cluster__name",
-            "slurm_job_id",
-            "at",
             "remediation__incident__opened_at",
             "remediation__created_at",
+            "running_at",
         )
+        .order_by()
     )
-    if not requeues:
-        return
-    started: dict[tuple[int, int], list[datetime]] = defaultdict(list)
-    for cluster_id, slurm_id, at in (
-        JobStateChange.objects.filter(
-            to_state=JobState.RUNNING,
-            job__slurm_id__in=Subquery(
-                RemediationJob.objects.filter(effect=JobEffect.REQUEUED).values("slurm_job_id")
-            ),
-            at__gte=min(row[3] for row in requeues),
-        )
-        .values_list("job__cluster_id", "job__slurm_id", "at")
-        .order_by("at")
-    ):
-        started[(cluster_id, slurm_id)].append(at)
-    for cluster_id, cluster, slurm_id, requeued_at, opened_at, created_at in requeues:
-        times = started.get((cluster_id, slurm_id), [])
-        index = bisect_left(times, requeued_at)
-        if index < len(times):
-            yield cluster, seconds_between(opened_at or created_at, times[index])
+    for cluster, opened_at, created_at, running_at in rows:
+        yield cluster, seconds_between(opened_at or created_at, running_at)
 
 
 def incident_to_decision():
