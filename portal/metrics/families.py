@@ -15,9 +15,28 @@ from datetime import datetime, timedelta
 from django.db.models import Count
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-# From a quick cordon (seconds) to a drain that waits for jobs to end or an approval
-# that waits for a person (hours).
-RECOVERY_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+# From a decision taken in the same request as the report (under a second) and a quick
+# cordon (seconds) to a drain that waits for jobs to end or an approval that waits for a
+# person (hours).
+RECOVERY_BUCKETS_S = (
+    0.1,
+    0.25,
+    0.5,
+    1,
+    5,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    3600,
+    7200,
+    14400,
+    43200,
+    86400,
+)
 
 
 def bound(value: float) -> str:

@@ -185,6 +185,7 @@ def test_prometheus_scrapes_the_storm_and_every_alert_and_panel_query_answers(
             expr = f"histogram_quantile({quantile}, sum by (le) ({family}_bucket))"
             figures[f"{key}_p{int(quantile * 100)}_s"] = value(prometheus, expr)
         figures[f"{key}_count"] = value(prometheus, f"sum({family}_count)")
+        figures[f"{key}_mean_s"] = value(prometheus, f"sum({family}_sum) / sum({family}_count)")
     figures["firing"] = sorted(
         {a["labels"]["alertname"] for a in _get(f"{prometheus}/api/v1/alerts")["data"]["alerts"]}
     )
