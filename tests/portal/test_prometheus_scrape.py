@@ -140,6 +140,12 @@ def alert_expressions() -> dict[str, str]:
     return {rule["alert"]: rule["expr"] for group in groups for rule in group["rules"]}
 
 
+def answering(expr: str) -> str:
+    """EXPR with every comparison returning 0 or 1 instead of filtering (the rules use
+    only >, >= and ==; label matchers use = and =~)."""
+    return re.sub(r"(>=|==|>)", r"\1 bool", expr)
+
+
 def panel_queries() -> dict[str, str]:
     with open(DASHBOARD) as file:
         board = json.load(file)
@@ -168,8 +174,9 @@ def test_prometheus_scrapes_the_storm_and_every_alert_and_panel_query_answers(
 
     for alert, expr in alert_expressions().items():
         query(prometheus, expr)  # valid PromQL, evaluated by the server
-        # An alert's expression returns series only while it fires, so each series it
-        # reads must be there.
+        # An alert's expression returns series only while it fires; with each comparison
+        # made a `bool` one it returns them firing or not (1 or 0), so it must return some.
+        assert query(prometheus, answering(expr))["result"], f"{alert}: no series"
         for name in set(re.findall(r"\bmedbay_[a-z_]+", expr)):
             assert query(prometheus, name)["result"], f"{alert}: no series for {name}"
     for title, expr in panel_queries().items():
