@@ -4,6 +4,7 @@ alert expression and every dashboard query is then evaluated through its HTTP AP
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 import subprocess
@@ -43,8 +44,6 @@ def portal(request, tmp_path):
     sinfo = tools / "sinfo"
     sinfo.write_text("#!/bin/sh\necho 'slurm 22.05.8'\n")
     sinfo.chmod(sinfo.stat().st_mode | stat.S_IEXEC)
-    import os
-
     yield from launch_portal(
         request,
         tmp_path,
