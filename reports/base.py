@@ -15,6 +15,43 @@ OUT_OF_SERVICE = ("down", "fail", "drained", "replacing")
 FAULT_STATUSES = ("down", "fail")
 
 
+# What a summary key means, as every tab that shows the figure heads it (reports/figures.py).
+LABELS = {
+    "fault_events": "fault events",
+    "failures": "failures",
+    "node_mtbf_h": "MTBF per node (node-h)",
+    "gpu_mtbf_h": "MTBF per GPU (GPU-h)",
+    "mttr_min": "MTTR (min)",
+    "repairs": "repairs",
+    "automatic_pct": "recovered without a human %",
+    "lost_gpu_h": "lost work GPU-h",
+    "restore_gpu_h": "restore GPU-h",
+    "unknown_interruptions": "interruptions, loss unknown",
+    "cluster_ettr_pct": "cluster ETTR %",
+    "node_replacement_gpu_h": "node replacement GPU-h",
+    "queue_after_requeue_gpu_h": "queue after requeue GPU-h",
+}
+
+# Columns of numbers that name something (a Slurm job id) rather than count it.
+IDENTIFIERS = frozenset({"job", "slurm_id"})
+
+
+def formatted(value):
+    """A number as the page prints it: 175934.7 -> "175,934.7", 12000 -> "12,000".
+
+    One decimal, always, so a column lines up; a small non-zero value (a p-value)
+    keeps two significant digits rather than printing as 0.0. Text and None (the
+    page shows a dash) pass through. The JSON and CSV keep the plain number.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value and abs(value) < 0.05:
+        return f"{value:.2g}"
+    return f"{value:,.1f}"
+
+
 @dataclass
 class Table:
     """Rows of plain values; the HTML table, the JSON and the CSV all print these."""
@@ -34,9 +71,15 @@ class Table:
         return [[row.get(key) for key in self.keys] for row in self.rows]
 
     def cells(self) -> list[list[tuple]]:
-        """(value, link or "") per cell, for the HTML table."""
+        """(value as a person reads it, link or "") per cell, for the HTML table."""
         return [
-            [(row.get(key), self.links[key](row) if key in self.links else "") for key in self.keys]
+            [
+                (
+                    row.get(key) if key in IDENTIFIERS else formatted(row.get(key)),
+                    self.links[key](row) if key in self.links else "",
+                )
+                for key in self.keys
+            ]
             for row in self.rows
         ]
 
@@ -57,7 +100,10 @@ class Report:
         """The summary as a person reads it: (label, value), labelled as the tables head
         the same figure ("allocated GPU-h"), not by its key in the JSON and CSV."""
         headings = {key: heading for table in self.tables for key, heading in table.columns}
-        return [(headings.get(key) or readable(key), value) for key, value in self.summary.items()]
+        return [
+            (LABELS.get(key) or headings.get(key) or readable(key), value)
+            for key, value in self.summary.items()
+        ]
 
     def table(self, name: str | None = None) -> Table:
         """The named table, or the report's main (first) table."""

@@ -6,14 +6,12 @@ the group dimension is computed in SQL and only tidied up here.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
-from django.db.models import Count, F, Value
+from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 
 from clusters.models import NodePool
 from clusters.status import POOL_FOR_PARTITION
-from health.models import Incident, Severity
+from reports import figures
 from reports.base import (
     NO_DATA,
     OUT_OF_SERVICE,
@@ -330,40 +328,18 @@ def downtime_table(span: Span, top: list[dict] | None = None) -> Table:
     return table
 
 
-def faults_per_node(span: Span) -> dict[str, dict[str, int]]:
-    """Critical incidents and transitions into down/fail per node name."""
-    counts: dict[str, dict[str, int]] = defaultdict(lambda: {"incidents": 0, "down_fail": 0})
-    incidents = (
-        Incident.objects.filter(
-            severity=Severity.CRITICAL, opened_at__gte=span.start, opened_at__lt=span.data_end
-        )
-        .values("node__name")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    for row in incidents:
-        counts[row["node__name"]]["incidents"] = row["n"]
-    for name, falls in falls_per_node(span).items():
-        counts[name]["down_fail"] = falls
-    return counts
-
-
 def fault_table(span: Span) -> Table:
     table = Table(
         "faults",
-        f"Top {TOP} nodes by fault count",
-        [("node", "node"), ("faults", "faults"), ("critical_incidents", "critical incidents"),
-         ("down_fail", "down/fail transitions")],
+        f"Top {TOP} nodes by failures",
+        [("node", "node"), ("failures", "failures"), ("down_fail", "down/fail transitions")],
     )  # fmt: skip
-    counts = faults_per_node(span)
-    ranked = sorted(counts.items(), key=lambda item: (-sum(item[1].values()), item[0]))
-    for name, row in ranked[:TOP]:
+    failures = figures.failures_per_node(span)
+    falls = falls_per_node(span)
+    names = set(failures) | set(falls)
+    ranked = sorted(names, key=lambda name: (-failures.get(name, 0), -falls.get(name, 0), name))
+    for name in ranked[:TOP]:
         table.rows.append(
-            {
-                "node": name,
-                "faults": row["incidents"] + row["down_fail"],
-                "critical_incidents": row["incidents"],
-                "down_fail": row["down_fail"],
-            }
+            {"node": name, "failures": failures.get(name, 0), "down_fail": falls.get(name, 0)}
         )
     return table

@@ -12,11 +12,14 @@ from reports.base import Report, Table
 from reports.reliability import REFERENCE_END_TO_END_MIN, REFERENCE_REPLACE_MIN
 
 LAYOUT = {
-    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+    "margin": {"l": 60, "r": 20, "t": 70, "b": 40},
     "height": 320,
     "template": "plotly_white",
-    "legend": {"orientation": "h"},
+    # Above the plot, under the title: below it, the legend covered the axis labels.
+    "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+    "separators": ".,",
 }
+PARTIAL = " (so far)"
 
 
 def plain(value):
@@ -40,7 +43,22 @@ def _plain_trace(trace):
 def _figure(title: str, traces, **layout) -> go.Figure:
     figure = go.Figure(data=[_plain_trace(trace) for trace in traces])
     figure.update_layout(title=plain(title), **LAYOUT, **layout)
+    # Thousands separated, as the tables print them; "k" and "M" suffixes read as units.
+    figure.update_yaxes(tickformat=",~f", hoverformat=",.1f", automargin=True)
+    figure.update_xaxes(automargin=True)
     return figure
+
+
+def _bucket_labels(report: Report, buckets: list[str]) -> list[str]:
+    """Bucket labels with the one still in progress (today, this week) marked, so that a
+    day that is not over does not read as a dip."""
+    span = report.query.span()
+    partial = {
+        start.date().isoformat()
+        for index, start in enumerate(span.bucket_starts())
+        if span.start + (index + 1) * span.bucket > span.data_end
+    }
+    return [f"{bucket}{PARTIAL}" if bucket in partial else bucket for bucket in buckets]
 
 
 def _series(table: Table, value: str, split: str | None = None) -> dict[str, tuple[list, list]]:
@@ -53,22 +71,28 @@ def _series(table: Table, value: str, split: str | None = None) -> dict[str, tup
     return series
 
 
-def _lines(table: Table, value: str, title: str, axis: str) -> go.Figure:
+def _lines(report: Report, table: Table, value: str, title: str, axis: str) -> go.Figure:
     split = "group" if "group" in table.keys else None
     traces = (
-        go.Scatter(x=xs, y=ys, mode="lines+markers", name=name or "(none)")
+        go.Scatter(
+            x=_bucket_labels(report, xs),
+            y=ys,
+            mode="lines+markers",
+            name=name if split else axis,
+            showlegend=bool(split),
+        )
         for name, (xs, ys) in _series(table, value, split).items()
     )
     return _figure(title, traces, yaxis={"title": axis, "rangemode": "tozero"})
 
 
 def utilization(report: Report) -> list[go.Figure]:
-    return [_lines(report.table(), "utilization_pct", "GPU utilization", "%")]
+    return [_lines(report, report.table(), "utilization_pct", "GPU utilization", "utilization %")]
 
 
 def training_share(report: Report) -> list[go.Figure]:
     table = report.table()
-    xs = [row["bucket"] for row in table.rows]
+    xs = _bucket_labels(report, [row["bucket"] for row in table.rows])
     traces = (
         go.Bar(x=xs, y=[row[f"{kind}_gpu_h"] for row in table.rows], name=kind)
         for kind in ("training", "inference", "spare")
@@ -79,11 +103,13 @@ def training_share(report: Report) -> list[go.Figure]:
 def availability(report: Report) -> list[go.Figure]:
     downtime = report.table("downtime")
     bars = go.Bar(
-        x=[row["node"] for row in downtime.rows], y=[row["downtime_h"] for row in downtime.rows]
+        x=[row["node"] for row in downtime.rows],
+        y=[row["downtime_h"] for row in downtime.rows],
+        name="downtime",
     )
     return [
-        _lines(report.table(), "availability_pct", "Availability", "%"),
-        _figure(downtime.title, [bars], yaxis={"title": "hours"}),
+        _lines(report, report.table(), "availability_pct", "Availability", "availability %"),
+        _figure(downtime.title, [bars], yaxis={"title": "downtime (h)"}, showlegend=False),
     ]
 
 
@@ -93,56 +119,65 @@ def reliability(report: Report) -> list[go.Figure]:
     for row in faults.rows:
         per_source[row["source"]][row["bucket"]] = row["events"]
     stacked = (
-        go.Bar(x=list(counts), y=list(counts.values()), name=source)
+        go.Bar(x=_bucket_labels(report, list(counts)), y=list(counts.values()), name=source)
         for source, counts in sorted(per_source.items())
     )
     mttr = report.table("mttr")
     repair = go.Bar(
         x=[row["action"] for row in mttr.rows], y=[row["mttr_min"] for row in mttr.rows],
-        name="mean time to repair",
+        name="mean run time",
     )  # fmt: skip
-    repair_figure = _figure(mttr.title, [repair], yaxis={"title": "minutes", "rangemode": "tozero"})
+    repair_figure = _figure(
+        mttr.title, [repair], yaxis={"title": "minutes", "rangemode": "tozero"}, showlegend=False
+    )
     for value, label in (
         (REFERENCE_REPLACE_MIN, "node replacement ~5 min"),
         (REFERENCE_END_TO_END_MIN, "end to end <15 min"),
     ):
         repair_figure.add_hline(y=value, line_dash="dash", annotation_text=label)
     return [
-        _figure(faults.title, stacked, barmode="stack", yaxis={"title": "events"}),
+        _figure(faults.title, stacked, barmode="stack", yaxis={"title": "fault events"}),
         repair_figure,
     ]
 
 
 def goodput(report: Report) -> list[go.Figure]:
+    """Badput on its own scale: beside allocated time (99 % or more is kept) it is a
+    sliver no one can see."""
     table = report.table()
     key = table.keys[0]
     names = [str(row[key]) or "(none)" for row in table.rows]
-    traces = (
+    lost = (
         go.Bar(x=names, y=[row[column] for row in table.rows], name=label)
-        for column, label in (
-            ("productive_gpu_h", "productive"),
-            ("lost_gpu_h", "lost since checkpoint"),
-            ("recovery_gpu_h", "recovery"),
-        )
+        for column, label in (("lost_gpu_h", "lost work"), ("restore_gpu_h", "restore"))
     )
-    return [_figure(table.title, traces, barmode="stack", yaxis={"title": "GPU-h"})]
+    kept = go.Bar(x=names, y=[row["goodput_pct"] for row in table.rows], name="goodput")
+    return [
+        _figure(f"Lost work and restore by {key}", lost, barmode="stack", yaxis={"title": "GPU-h"}),
+        _figure(
+            f"Goodput by {key}",
+            [kept],
+            yaxis={"title": "goodput %", "rangemode": "tozero"},
+            showlegend=False,
+        ),
+    ]
 
 
 def remediation(report: Report) -> list[go.Figure]:
     table = report.table("runs")
     actions = [row["action"] for row in table.rows]
     traces = (
-        go.Bar(x=actions, y=[row[who] for row in table.rows], name=who)
-        for who in ("automatic", "admin")
+        go.Bar(x=actions, y=[row[who] for row in table.rows], name=label)
+        for who, label in (("automatic", "automatic"), ("admin", "asked by an admin"))
     )
-    return [_figure("Runs by action and trigger", traces, barmode="stack")]
+    return [_figure("Runs by action and trigger", traces, barmode="stack", yaxis={"title": "runs"})]
 
 
 def accounting(report: Report) -> list[go.Figure]:
     table = report.table()
     names = [str(row["group"]) or "(none)" for row in table.rows]
     traces = [go.Bar(x=names, y=[row["gpu_h"] for row in table.rows], name="GPU-h")]
-    return [_figure(table.title, traces, yaxis={"title": "GPU-h"})]
+    return [_figure(table.title, traces, yaxis={"title": "GPU-h"}, showlegend=False)]
 
 
 def lemons(report: Report) -> list[go.Figure]:
@@ -153,7 +188,7 @@ def lemons(report: Report) -> list[go.Figure]:
         go.Bar(x=names, y=[row["faults"] for row in rows], name="faults"),
         go.Bar(x=names, y=[row["expected"] for row in rows], name="expected at the fleet's rate"),
     ]
-    return [_figure("Faults against the fleet's rate", traces, yaxis={"title": "faults"})]
+    return [_figure("Failures against the fleet's rate", traces, yaxis={"title": "failures"})]
 
 
 def failures(report: Report) -> list[go.Figure]:
@@ -162,18 +197,28 @@ def failures(report: Report) -> list[go.Figure]:
     traces = [
         go.Bar(x=names, y=[row["mtbf_h"] for row in table.rows], name="MTBF (GPU-h)"),
     ]
-    return [_figure("MTBF by XID", traces, yaxis={"title": "GPU-hours"})]
+    return [_figure("MTBF by XID", traces, yaxis={"title": "MTBF (GPU-h)"}, showlegend=False)]
 
 
 def ettr(report: Report) -> list[go.Figure]:
+    """Badput by cause, without the productive time that would dwarf it."""
     table = report.table("by_account")
     names = [str(row["account"]) or "(none)" for row in table.rows]
-    causes = [key for key in table.keys if key.endswith("_gpu_h")]
+    headings = dict(table.columns)
+    causes = [key for key in table.keys if key.endswith("_gpu_h") and key != "productive_gpu_h"]
     traces = (
-        go.Bar(x=names, y=[row[key] for row in table.rows], name=dict(table.columns)[key])
+        go.Bar(
+            x=names,
+            y=[row[key] for row in table.rows],
+            name=headings[key].removesuffix(" GPU-h"),
+        )
         for key in causes
     )
-    return [_figure("Productive and lost GPU-hours by account", traces, barmode="stack")]
+    ratio = go.Bar(x=names, y=[row["ettr_pct"] for row in table.rows], name="ETTR")
+    return [
+        _figure("Badput by cause and account", traces, barmode="stack", yaxis={"title": "GPU-h"}),
+        _figure("ETTR by account", [ratio], yaxis={"title": "ETTR %"}, showlegend=False),
+    ]
 
 
 BUILDERS = {

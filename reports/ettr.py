@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobs.ettr import CAUSES, JobEttr, ettr_for_jobs, restarted_accounting_jobs
 from jobs.models import AccountingJob, Job, JobState
 from reports.base import NO_DATA, Report, Table, hours, percent
+from reports.goodput import lost_work
 from reports.intervals import Span
 from reports.params import ReportQuery
 
@@ -25,6 +26,14 @@ LABELS = {
     "queue_after_requeue": "queue after requeue",
     "restore": "restore",
 }
+LOST_WORK_NOTE = (
+    "Lost work and restore above are the Goodput report's figures: over the interruptions "
+    "in the range, lost work from the later of the attempt's start and its last checkpoint "
+    "to the stop (the tables' lost progress, detection and checkpoint grace together), "
+    "restore from running again to the first progress report. The tables split the jobs "
+    "that ended in the range over their whole life, and estimate what jobs that never "
+    "reported progress lost (the estimates column names those terms)."
+)
 SOURCES = {"medbay": "Medbay", "accounting": "Slurm accounting"}
 HELP = [
     'ETTR (Effective Training Time Ratio; Meta, "Revisiting Reliability in Large-Scale ML '
@@ -198,12 +207,18 @@ def ettr(query: ReportQuery) -> Report:
         )  # fmt: skip
     report.tables = [by_account, by_job]
     totals = cluster.row()
+    # Lost work and restore as Goodput defines them, over the interruptions in the range;
+    # the tables split each job's own (from its first start to its end) by cause.
+    lost = lost_work(span)
     report.summary = {
-        "cluster ETTR %": totals["ettr_pct"],
+        "cluster_ettr_pct": totals["ettr_pct"],
         "jobs": cluster.jobs,
-        **{f"{LABELS[cause]} GPU-h": totals[f"{cause}_gpu_h"] for cause in CAUSES},
+        "lost_gpu_h": lost.summary()["lost_gpu_h"],
+        "restore_gpu_h": lost.summary()["restore_gpu_h"],
+        "node_replacement_gpu_h": totals["node_replacement_gpu_h"],
+        "queue_after_requeue_gpu_h": totals["queue_after_requeue_gpu_h"],
     }
-    report.notes += HELP
+    report.notes += [*HELP, LOST_WORK_NOTE]
     if not cluster.jobs:
         report.message = NO_DATA
     return report

@@ -18,47 +18,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from django.contrib.auth import get_user_model
-
 from clusters.models import Gpu
-from health.models import Incident, Severity
-from remediation.models import Remediation, RemediationStatusChange
-from remediation.transitions import RunStatus
+from reports import figures
 from reports.base import NO_DATA, Report, Table, hours, minutes, percent
 from reports.capacity import node_hours
-from reports.intervals import Span
 from reports.params import ReportQuery
 
 NO_XID = "no XID (health check)"
 UNKNOWN_MODEL = "unknown model"
-
-
-def _incidents(span: Span) -> list[dict]:
-    return list(
-        Incident.objects.filter(
-            severity=Severity.CRITICAL, opened_at__gte=span.start, opened_at__lt=span.data_end
-        ).values("pk", "node__name", "xids", "opened_at")
-    )
-
-
-def _repairs(incident_ids: list[int]) -> dict[int, tuple[float, bool]]:
-    """incident pk -> (seconds from its first event to the run's success, without a human)."""
-    runs = list(
-        Remediation.objects.filter(
-            incident_id__in=incident_ids, status=RunStatus.SUCCEEDED, finished_at__isnull=False
-        ).values("pk", "incident_id", "finished_at", "requested_by_id", "approved_by_id")
-    )
-    people = set(get_user_model().objects.values_list("username", flat=True))
-    touched = set(
-        RemediationStatusChange.objects.filter(
-            remediation_id__in=[run["pk"] for run in runs], actor__in=people
-        ).values_list("remediation_id", flat=True)
-    )
-    repairs = {}
-    for run in runs:
-        human = bool(run["requested_by_id"] or run["approved_by_id"]) or run["pk"] in touched
-        repairs[run["incident_id"]] = (run["finished_at"], not human)
-    return repairs
 
 
 def _model_of_nodes() -> dict[str, str]:
@@ -76,12 +43,11 @@ class Tally:
         self.repair_s: list[float] = []
         self.automatic = 0
 
-    def add(self, repair) -> None:
+    def add(self, repair: figures.Repair | None) -> None:
         self.failures += 1
         if repair is not None:
-            seconds, automatic = repair
-            self.repair_s.append(seconds)
-            self.automatic += automatic
+            self.repair_s.append(repair.seconds)
+            self.automatic += repair.automatic
 
 
 def _table(name: str, heading: str, unit: str, tallies: dict, exposure: dict) -> Table:
@@ -117,40 +83,32 @@ def _xids(values: Iterable) -> list[str]:
 def failures(query: ReportQuery) -> Report:
     span = query.span()
     exposure_rows = node_hours(span)
-    node_up = {row["node_name"]: row["installed_s"] - row["down_s"] for row in exposure_rows}
-    gpu_up = {row["node_name"]: row["gpu_up_s"] for row in exposure_rows}
+    exposure = figures.in_service(exposure_rows)
     model_of = _model_of_nodes()
     model_up: dict[str, float] = defaultdict(float)
-    for name, seconds in gpu_up.items():
+    for name, seconds in exposure.gpu_s.items():
         model_up[model_of.get(name, UNKNOWN_MODEL)] += seconds
-    incidents = _incidents(span)
-    repairs = _repairs([incident["pk"] for incident in incidents])
+    incidents = figures.failure_rows(span)
+    repairs = figures.repairs_of(incidents)
     by_xid, by_model, by_node = defaultdict(Tally), defaultdict(Tally), defaultdict(Tally)
     for incident in incidents:
-        node, repair = incident["node__name"], None
-        if incident["pk"] in repairs:
-            finished, automatic = repairs[incident["pk"]]
-            repair = ((finished - incident["opened_at"]).total_seconds(), automatic)
+        node, repair = incident["node__name"], repairs.get(incident["pk"])
         for xid in _xids(incident["xids"]):
             by_xid[xid].add(repair)
         by_model[model_of.get(node, UNKNOWN_MODEL)].add(repair)
         by_node[node].add(repair)
-    fleet_gpu_s = sum(gpu_up.values())
+    fleet_gpu_s = exposure.gpu_total
     report = Report("failures", "MTBF and MTTR by XID, GPU model and node", query)
     report.tables = [
         _table("xid", "By XID", "GPU-h", by_xid, {key: fleet_gpu_s for key in by_xid}),
         _table("model", "By GPU model", "GPU-h", by_model, model_up),
-        _table("node", "By node", "node-h", by_node, node_up),
+        _table("node", "By node", "node-h", by_node, exposure.node_s),
     ]
-    automatic = sum(
-        repairs[pk][1] for pk in {incident["pk"] for incident in incidents} & set(repairs)
-    )
-    repaired = [s for tally in by_node.values() for s in tally.repair_s]
+    fleet = figures.reliability(span, exposure)
     report.summary = {
-        "failures": len(incidents),
-        "fleet MTBF (GPU-h)": hours(fleet_gpu_s / len(incidents)) if incidents else None,
-        "MTTR (min)": minutes(sum(repaired) / len(repaired)) if repaired else None,
-        "recovered without a human %": percent(automatic, len(incidents)),
+        key: value
+        for key, value in fleet.summary().items()
+        if key in ("failures", "node_mtbf_h", "gpu_mtbf_h", "mttr_min", "automatic_pct")
     }
     report.notes += [
         "A failure is a critical incident opened in the range. MTBF = in-service hours / "

@@ -1,11 +1,11 @@
 """Goodput: how much of the GPU time jobs held turned into progress that was kept.
 
-productive = allocated - lost work - recovery time, where
+productive = allocated - lost work - restore, where
 - allocated is GPUs x the job's RUNNING intervals in the range;
 - lost work, at each interruption (a RUNNING job requeued, failed, preempted...),
   is GPUs x the time since the later of the interval's start and the job's last
   reported checkpoint;
-- recovery time is GPUs x the time from a restarted job's start until its
+- restore is GPUs x the time from a restarted job's start until its
   first progress report (reloading the checkpoint, warming up).
 Both need the job's progress reports (`jobs.JobProgress`); for jobs that never
 reported they are unknown and counted as zero, and the report says how many
@@ -14,6 +14,7 @@ interruptions that affects.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db.models import (
@@ -241,6 +242,38 @@ def losses(
     return {tuple(row[name] for name in names): row for row in result}
 
 
+@dataclass(frozen=True)
+class LostWork:
+    """GPU-seconds lost to the interruptions in a span, and spent restoring after them:
+    the one definition the Goodput and ETTR tabs both show."""
+
+    lost_s: float
+    restore_s: float
+    unknown: int  # interruptions of jobs that never reported progress
+
+    @classmethod
+    def of(cls, rows: dict[tuple, dict]) -> LostWork:
+        """Totals of what `losses` returned, however it was grouped."""
+        values = rows.values()
+        return cls(
+            sum(row.get("lost") or 0.0 for row in values),
+            sum(row.get("recovery") or 0.0 for row in values),
+            int(sum(row.get("unknown") or 0 for row in values)),
+        )
+
+    def summary(self) -> dict:
+        return {
+            "lost_gpu_h": hours(self.lost_s),
+            "restore_gpu_h": hours(self.restore_s),
+            "unknown_interruptions": self.unknown,
+        }
+
+
+def lost_work(span: Span) -> LostWork:
+    """Lost work and restore over the span, for the whole cluster."""
+    return LostWork.of(losses(span, ["account"], interrupted_jobs(span)))
+
+
 def _fold(values: dict[tuple, float | dict], index: int) -> dict:
     """Sum (account, user) keyed figures down to one of the two."""
     folded: dict = {}
@@ -258,8 +291,8 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
     table = Table(
         f"by_{group}",
         heading,
-        [(group, group), ("allocated_gpu_h", "allocated GPU-h"), ("lost_gpu_h", "lost GPU-h"),
-         ("recovery_gpu_h", "recovery GPU-h"), ("productive_gpu_h", "productive GPU-h"),
+        [(group, group), ("allocated_gpu_h", "allocated GPU-h"), ("lost_gpu_h", "lost work GPU-h"),
+         ("restore_gpu_h", "restore GPU-h"), ("productive_gpu_h", "productive GPU-h"),
          ("goodput_pct", "goodput %"), ("unknown_interruptions", "interruptions, loss unknown")],
     )  # fmt: skip
     for name in sorted(held, key=lambda key: (-held[key], str(key))):
@@ -271,7 +304,7 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
                 group: name,
                 "allocated_gpu_h": hours(held[name]),
                 "lost_gpu_h": hours(loss.get("lost")),
-                "recovery_gpu_h": hours(loss.get("recovery")),
+                "restore_gpu_h": hours(loss.get("recovery")),
                 "productive_gpu_h": hours(kept),
                 "goodput_pct": percent(kept, held[name]),
                 "unknown_interruptions": int(loss.get("unknown") or 0),
@@ -280,7 +313,8 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
     return table
 
 
-def _tables(span: Span) -> dict[str, Table]:
+def _tables(span: Span) -> tuple[dict[str, Table], float, LostWork]:
+    """The tables by account, user and top job; allocated GPU-seconds and lost work."""
     # Accounts and users come from one pass grouped by both; jobs from a top-N pass.
     # Only the interrupted jobs' histories are replayed, for what they lost.
     interrupted = interrupted_jobs(span)
@@ -298,7 +332,7 @@ def _tables(span: Span) -> dict[str, Table]:
         top,
         {key[0]: value for key, value in jobs_lost.items()},
     )
-    return tables
+    return tables, sum(held.values()), LostWork.of(lost)
 
 
 def goodput(query: ReportQuery) -> Report:
@@ -306,18 +340,14 @@ def goodput(query: ReportQuery) -> Report:
     report = Report("goodput", "Goodput", query)
     # The grouping asked for comes first, so it is what the CSV export gives by default.
     order = ("user", "account", "job") if query.group == "user" else ("account", "user", "job")
-    tables = _tables(span)
+    tables, held, lost = _tables(span)
     report.tables = [tables[group] for group in order]
-    rows = report.tables[0].rows
-    held = sum(row["allocated_gpu_h"] for row in rows)
-    kept = sum(row["productive_gpu_h"] for row in rows)
+    kept = max(0.0, held - lost.lost_s - lost.restore_s)
     report.summary = {
-        "allocated_gpu_h": round(held, 2),
-        "lost_gpu_h": round(sum(row["lost_gpu_h"] for row in rows), 2),
-        "recovery_gpu_h": round(sum(row["recovery_gpu_h"] for row in rows), 2),
-        "productive_gpu_h": round(kept, 2),
+        "allocated_gpu_h": hours(held),
+        **lost.summary(),
+        "productive_gpu_h": hours(kept),
         "goodput_pct": percent(kept, held),
-        "unknown_interruptions": sum(row["unknown_interruptions"] for row in rows),
     }
     if report.summary["unknown_interruptions"]:
         report.notes.append(

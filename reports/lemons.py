@@ -6,8 +6,8 @@ raw fault count would flag whichever nodes were in service longest, and a fixed
 threshold would flag some healthy nodes in every large fleet by chance alone, so
 each node is tested against the rest of the fleet:
 
-- its faults k (critical incidents plus falls into down/fail, as the
-  reliability report counts them) over its in-service hours e, among the
+- its faults k (its failures: critical incidents, as every report counts
+  them) over its in-service hours e, among the
   fleet's T faults over E hours;
 - if every node failed at the same rate, each of the T faults would have
   landed on this node with probability e / E, so k ~ Binomial(T, e / E) (the
@@ -26,12 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count
 from django.urls import reverse
 
-from health.models import Incident, Severity
+from reports import figures
 from reports.base import NO_DATA, Report, Table, hours
-from reports.capacity import faults_per_node, node_hours
+from reports.capacity import node_hours
 from reports.intervals import Span
 from reports.params import ReportQuery
 from reports.stats import binomial_sf
@@ -73,29 +72,13 @@ def lemon_test(counts: dict[str, tuple[int, float]], alpha: float = ALPHA) -> li
 
 
 def node_counts(span: Span) -> dict[str, tuple[int, float]]:
-    faults = faults_per_node(span)
-    counts = {}
-    for row in node_hours(span):
-        name = row["node_name"]
-        found = faults.get(name, {})
-        total = (found.get("incidents") or 0) + (found.get("down_fail") or 0)
-        counts[name] = (total, max(0.0, row["installed_s"] - row["down_s"]))
-    return counts
+    failures = figures.failures_per_node(span)
+    exposure = figures.in_service(node_hours(span))
+    return {name: (failures.get(name, 0), seconds) for name, seconds in exposure.node_s.items()}
 
 
 def gpu_counts(span: Span, nodes: dict[str, tuple[int, float]], gpus_per_node: dict) -> dict:
-    incidents = (
-        Incident.objects.filter(
-            severity=Severity.CRITICAL,
-            gpu_index__isnull=False,
-            opened_at__gte=span.start,
-            opened_at__lt=span.data_end,
-        )
-        .values("node__name", "gpu_index")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    found = {(row["node__name"], row["gpu_index"]): row["n"] for row in incidents}
+    found = figures.failures_per_gpu(span)
     counts = {}
     for name, (_, seconds) in nodes.items():
         for index in range(gpus_per_node.get(name, 0)):

@@ -5,11 +5,10 @@ from __future__ import annotations
 from django.db.models import Avg, Count, F, Max, Sum, Value
 from django.db.models.functions import Coalesce
 
-from health.models import Incident, Severity
 from remediation.models import BreakerTrip, Remediation, Trigger
-from remediation.transitions import RunStatus
+from reports import figures
 from reports.base import NO_DATA, Report, Table, hours, minutes
-from reports.capacity import faults_per_node, node_hours
+from reports.capacity import node_hours
 from reports.intervals import Epoch, Span
 from reports.params import ReportQuery
 from reports.rollups import fault_event_counts
@@ -41,31 +40,21 @@ def faults_table(span: Span, bucket: str) -> Table:
     return table
 
 
-def mtbf_table(span: Span) -> Table:
-    """Mean time between failures: in-service hours over faults, per node and per GPU."""
+def mtbf_table(span: Span, exposure: figures.InService, failures: int) -> Table:
+    """Mean time between failures: in-service hours over failures, per node and per GPU."""
     table = Table(
         "mtbf",
         "Mean time between failures",
         [("scope", "per"), ("in_service_h", "in-service hours"), ("failures", "failures"),
          ("mtbf_h", "MTBF hours")],
     )  # fmt: skip
-    node_rows = node_hours(span)
-    node_up = sum(row["installed_s"] - row["down_s"] for row in node_rows)
-    gpu_up = sum(row["gpu_up_s"] for row in node_rows)
-    node_faults = sum(sum(counts.values()) for counts in faults_per_node(span).values())
-    gpu_faults = Incident.objects.filter(
-        severity=Severity.CRITICAL,
-        gpu_index__isnull=False,
-        opened_at__gte=span.start,
-        opened_at__lt=span.data_end,
-    ).count()
-    for scope, up, failures in (("node", node_up, node_faults), ("gpu", gpu_up, gpu_faults)):
+    for scope, up in (("node", exposure.node_total), ("GPU", exposure.gpu_total)):
         table.rows.append(
             {
                 "scope": scope,
                 "in_service_h": hours(up),
                 "failures": failures,
-                "mtbf_h": hours(up / failures) if failures else None,
+                "mtbf_h": figures.mtbf_h(up, failures),
             }
         )
     return table
@@ -75,21 +64,16 @@ def _seconds_between(start: str, end: str):
     return Epoch(F(end)) - Epoch(F(start))
 
 
-def mttr_table(span: Span) -> Table:
-    """Mean time to repair per action: a run's creation to its successful finish."""
+def repair_time_table(span: Span) -> Table:
+    """How long each repair action's runs took, from creation to their successful end."""
     table = Table(
         "mttr",
-        "Time to repair by remediation action",
+        "Repair run time by action",
         [("action", "action"), ("runs", "runs"), ("mttr_min", "mean min"),
          ("max_min", "max min"), ("reference_min", "reference min")],
     )  # fmt: skip
     runs = (
-        Remediation.objects.filter(
-            status=RunStatus.SUCCEEDED,
-            finished_at__isnull=False,
-            created_at__gte=span.start,
-            created_at__lt=span.data_end,
-        )
+        figures.repair_runs(span)
         .annotate(repair_s=_seconds_between("created_at", "finished_at"))
         .values("action")
         .annotate(n=Count("id"), mean=Avg("repair_s"), longest=Max("repair_s"))
@@ -99,7 +83,7 @@ def mttr_table(span: Span) -> Table:
         reference = REFERENCE_REPLACE_MIN if row["action"] == "replace" else None
         table.rows.append(
             {
-                "action": row["action"],
+                "action": figures.action_label(row["action"]),
                 "runs": row["n"],
                 "mttr_min": minutes(row["mean"]),
                 "max_min": minutes(row["longest"]),
@@ -111,21 +95,29 @@ def mttr_table(span: Span) -> Table:
 
 def reliability(query: ReportQuery) -> Report:
     span = query.span()
+    exposure = figures.in_service(node_hours(span))
+    fleet = figures.reliability(span, exposure)
     report = Report("reliability", "Reliability", query)
-    report.tables = [faults_table(span, query.bucket), mtbf_table(span), mttr_table(span)]
-    mtbf = {row["scope"]: row for row in report.table("mtbf").rows}
+    report.tables = [
+        faults_table(span, query.bucket),
+        mtbf_table(span, exposure, fleet.failures),
+        repair_time_table(span),
+    ]
     report.summary = {
-        "faults": sum(row["events"] for row in report.table("faults").rows),
-        "node_mtbf_h": mtbf["node"]["mtbf_h"],
-        "gpu_mtbf_h": mtbf["gpu"]["mtbf_h"],
-        "repairs": sum(row["runs"] for row in report.table("mttr").rows),
+        key: value
+        for key, value in fleet.summary().items()
+        if key in ("fault_events", "failures", "node_mtbf_h", "gpu_mtbf_h", "mttr_min", "repairs")
     }
     report.notes.append(
-        "A fault is a critical incident or a node going down/failing; MTBF is in-service "
-        f"hours per fault. Reference lines: {REFERENCE_REPLACE_MIN:g} min node replacement, "
+        "Fault events: XID events and failing or warning health checks, most of them "
+        "warnings. A failure is a critical incident (a node's fall into down or fail is the "
+        "same failure, not another). MTBF = in-service hours / failures. MTTR = the mean "
+        "time from a failure's first event to the end of its successful remediation run. "
+        f"Repairs: succeeded {', '.join(figures.action_label(a) for a in figures.REPAIR_ACTIONS)} "
+        f"runs. Reference lines: {REFERENCE_REPLACE_MIN:g} min node replacement, "
         f"{REFERENCE_END_TO_END_MIN:g} min end to end (Crusoe)."
     )
-    if not report.summary["faults"] and not mtbf["node"]["in_service_h"]:
+    if not fleet.fault_events and not exposure.node_total:
         report.message = NO_DATA
     return report
 
@@ -148,7 +140,7 @@ def runs_table(span: Span) -> Table:
     for row in counts:
         entry = by_action.setdefault(
             row["action"],
-            {"action": row["action"], "automatic": 0, "admin": 0, "runs": 0}
+            {"action": figures.action_label(row["action"]), "automatic": 0, "admin": 0, "runs": 0}
             | dict.fromkeys(statuses, 0),
         )
         who = "admin" if row["trigger"] == Trigger.ADMIN else "automatic"
@@ -178,7 +170,7 @@ def approvals_table(span: Span) -> Table:
     for row in rows:
         table.rows.append(
             {
-                "action": row["action"],
+                "action": figures.action_label(row["action"]),
                 "decided": row["n"],
                 "mean_wait_min": minutes(row["mean"]),
                 "max_wait_min": minutes(row["longest"]),

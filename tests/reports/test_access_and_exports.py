@@ -11,6 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from reports.base import IDENTIFIERS, formatted
 from tests.reports.conftest import RANGE, at
 
 pytestmark = pytest.mark.django_db
@@ -77,7 +78,7 @@ def test_the_headline_figures_are_labelled_in_words_and_the_exports_keep_their_k
     assert labels and not any("_" in label for label in labels), labels
     label, key = {
         "goodput": ("allocated GPU-h", "allocated_gpu_h"),
-        "reliability": ("GPU MTBF (h)", "gpu_mtbf_h"),
+        "reliability": ("MTBF per GPU (GPU-h)", "gpu_mtbf_h"),
         "utilization": ("utilization %", "utilization_pct"),
     }[name]
     assert label in labels
@@ -147,8 +148,12 @@ def test_csv_rows_equal_the_json_and_html_table(name, manager_client, history):
             for row in table["rows"]
         ]
         assert rows[1:] == expected
-        for row in expected:
-            cells = "".join(f"<td>{cell or '—'}</td>" for cell in row)
+        for row in table["rows"]:
+            # The page prints the same numbers, thousands separated with one decimal.
+            shown = [
+                row[key] if key in IDENTIFIERS else formatted(row[key]) for key in table["columns"]
+            ]
+            cells = "".join(f"<td>{'—' if cell in (None, '') else cell}</td>" for cell in shown)
             assert cells in page
 
 

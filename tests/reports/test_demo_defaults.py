@@ -62,7 +62,7 @@ def test_a_plain_demo_writes_a_default_reports_worth_of_history_so_no_report_is_
     assert summary["utilization"]["allocated_gpu_h"] > 0
     assert summary["training_share"]["training_pct"] > 0
     assert summary["availability"]["installed_gpu_h"] > 0
-    assert summary["reliability"]["faults"] > 0 and summary["reliability"]["node_mtbf_h"]
+    assert summary["reliability"]["failures"] > 0 and summary["reliability"]["node_mtbf_h"]
     assert summary["goodput"]["lost_gpu_h"] > 0
     assert summary["remediation"]["runs"] > 0
     # Slurm's accounting of the generated jobs, as import_accounting stores it.

@@ -116,7 +116,7 @@ def test_accounts_and_the_cluster_weigh_jobs_by_gpus(manager_client, stories):
     assert accounts["llm"]["jobs"] == 2
     assert accounts["nlp"]["ettr_pct"] == 50.0
     expected = 100 * (8 * 160 + 2 * 120 + 4 * 90) / (8 * 300 + 2 * 120 + 4 * 180)
-    assert body["summary"]["cluster ETTR %"] == round(expected, 1)
+    assert body["summary"]["cluster_ettr_pct"] == round(expected, 1)
 
 
 def test_the_page_defines_every_term_and_names_its_sources(manager_client, stories):

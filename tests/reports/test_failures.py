@@ -84,9 +84,9 @@ def test_mtbf_and_mttr_by_gpu_model_and_node(manager_client, day):
 def test_the_summary_gives_the_share_recovered_without_a_human(manager_client, day):
     body, _ = tables(manager_client)
     assert body["summary"]["failures"] == 3
-    assert body["summary"]["fleet MTBF (GPU-h)"] == 128.0
-    assert body["summary"]["MTTR (min)"] == 45.0
-    assert body["summary"]["recovered without a human %"] == 33.3
+    assert body["summary"]["gpu_mtbf_h"] == 128.0
+    assert body["summary"]["mttr_min"] == 45.0
+    assert body["summary"]["automatic_pct"] == 33.3
 
 
 def test_a_person_in_a_runs_history_makes_it_a_human_recovery(manager_client, day, admin_user):
@@ -98,4 +98,4 @@ def test_a_person_in_a_runs_history_makes_it_a_human_recovery(manager_client, da
         actor=admin_user.get_username(),
     )  # fmt: skip
     body, _ = tables(manager_client)
-    assert body["summary"]["recovered without a human %"] == 0.0
+    assert body["summary"]["automatic_pct"] == 0.0

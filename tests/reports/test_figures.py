@@ -102,7 +102,7 @@ def test_a_job_losing_30_minutes_of_16_gpus_loses_8_gpu_hours(history, manager_c
     row = body["tables"]["by_account"]["rows"][0]
     assert row["allocated_gpu_h"] == 16 * 4.5
     assert row["lost_gpu_h"] == 8.0
-    assert row["recovery_gpu_h"] == 4.0  # 15 minutes reloading on 16 GPUs
+    assert row["restore_gpu_h"] == 4.0  # 15 minutes reloading on 16 GPUs
     assert row["productive_gpu_h"] == 72 - 8 - 4
     assert body["tables"]["by_job"]["rows"][0]["job"] == 1
     assert body["summary"]["goodput_pct"] == 83.3
@@ -161,13 +161,13 @@ def test_mttr_is_the_mean_of_successful_runs_per_action(history, manager_client)
     )  # fmt: skip
     body = fetch(manager_client, "reliability")
     mttr = {row["action"]: row for row in body["tables"]["mttr"]["rows"]}
-    assert (mttr["replace"]["runs"], mttr["replace"]["mttr_min"]) == (2, 6.0)
-    assert mttr["replace"]["reference_min"] == 5.0
-    assert mttr["reboot"]["mttr_min"] == 20.0
+    assert (mttr["Replace"]["runs"], mttr["Replace"]["mttr_min"]) == (2, 6.0)
+    assert mttr["Replace"]["reference_min"] == 5.0
+    assert mttr["Reboot"]["mttr_min"] == 20.0
     summary = fetch(manager_client, "remediation")
     runs = {row["action"]: row for row in summary["tables"]["runs"]["rows"]}
-    assert (runs["replace"]["automatic"], runs["replace"]["failed"]) == (3, 1)
-    assert runs["reboot"]["admin"] == 1
+    assert (runs["Replace"]["automatic"], runs["Replace"]["failed"]) == (3, 1)
+    assert runs["Reboot"]["admin"] == 1
     assert summary["tables"]["approvals"]["rows"][0]["mean_wait_min"] == 3.0
 
 
@@ -192,7 +192,7 @@ def test_faults_are_counted_by_xid_and_check_and_give_an_mtbf(history, manager_c
     assert counts == {"XID 79": 2, "XID 48": 1, "dcgm_diag": 1}
     mtbf = {row["scope"]: row for row in body["tables"]["mtbf"]["rows"]}
     assert (mtbf["node"]["failures"], mtbf["node"]["mtbf_h"]) == (1, 24.0)
-    assert mtbf["gpu"]["mtbf_h"] == 192.0
+    assert mtbf["GPU"]["mtbf_h"] == 192.0
 
 
 def test_training_share_follows_inference_and_spare_statuses(history, manager_client):

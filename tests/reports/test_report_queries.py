@@ -42,4 +42,4 @@ def test_availability_and_reliability_agree_on_in_service_hours(history):
     reliability, _ = report("reliability")
     in_service = {row["scope"]: row["in_service_h"] for row in reliability.table("mtbf").rows}
     assert in_service["node"] == 24 - 3
-    assert in_service["gpu"] == availability.summary["healthy_gpu_h"]
+    assert in_service["GPU"] == availability.summary["healthy_gpu_h"]
