@@ -35,7 +35,9 @@ from health.models import HealthEvent, Incident
 from remediation import services
 from remediation.models import (
     Action,
+    JobEffect,
     Remediation,
+    RemediationJob,
     RemediationStatusChange,
     RemediationStep,
     StepOutcome,
@@ -92,6 +94,9 @@ class _Job:
     restarts: int = 0
     started: datetime | None = None
     first_start: datetime | None = None
+    # Slurm's accounting keeps one record per attempt: (submitted, started, ended).
+    attempts: list[tuple[datetime, datetime, datetime]] = field(default_factory=list)
+    resubmitted: datetime | None = None  # a requeue is the next attempt's submit time
 
 
 class _Generator:
@@ -112,6 +117,9 @@ class _Generator:
         self.node_rows: list[NodeStateChange] = []
         self.finished: list[_Job] = []
         self.faults: list[tuple[datetime, _Node, int, int]] = []
+        self.attempts: dict[int, list[tuple[datetime, datetime, datetime]]] = {}
+        # Which job each fault stopped: the remediation run's record of requeuing it.
+        self.stopped: dict[tuple[int, datetime], tuple[int, list[str]]] = {}
 
     # ------------------------------------------------------------ events
     def push(self, at: datetime, kind: str, *payload) -> None:
@@ -177,6 +185,8 @@ class _Generator:
             self.free[_partition(node.row)].remove(node)
         self.set_status(node, at, f"XID {xid} on GPU {gpu}", "fail")
         if node.job is not None:
+            names = [member.row.name for member in node.job.nodes]
+            self.stopped[(node.row.pk, at)] = (node.job.slurm_id, names)
             self.interrupt(node.job, at)
         self.push(at + timedelta(hours=self.rng.uniform(4, 48)), "repaired", node)
 
@@ -254,6 +264,8 @@ class _Generator:
         if saved:
             job.progress.append((job.started + saved, True, job.restarts))
         job.work -= saved
+        job.attempts.append((job.resubmitted or job.submit, job.started, at))
+        job.resubmitted = at
         job.restarts += 1
         job.run += 1  # the pending "end" event is now stale
         job.changes.append((at, "PENDING", job.restarts))
@@ -262,6 +274,8 @@ class _Generator:
         self.schedule(job.partition, at)
 
     def finish(self, job: _Job, at: datetime) -> None:
+        if job.started is not None:
+            job.attempts.append((job.resubmitted or job.submit, job.started, at))
         job.changes.append((at, "COMPLETED", job.restarts))
         self.running.pop(job.slurm_id, None)
         job.run += 1
@@ -308,6 +322,7 @@ class _Generator:
         for row, job in zip(jobs, self.finished, strict=True):
             changes += _job_changes(row, job)
             progress += _progress_rows(row, job)
+            self.attempts[job.slurm_id] = job.attempts
         JobStateChange.objects.bulk_create(changes, batch_size=BATCH)
         _create_progress(progress)
         self.stats.jobs += len(jobs)
@@ -340,7 +355,7 @@ class _Generator:
         )
 
     def write_faults(self) -> None:
-        events, incidents, runs = [], [], []
+        events, incidents, runs, requeued = [], [], [], []
         for at, node, gpu, xid in self.faults:
             critical = xid in CRITICAL_XIDS
             severity = "critical" if critical else "warning"
@@ -359,10 +374,24 @@ class _Generator:
             )  # fmt: skip
             if critical:
                 runs.append(self.replacement(node.row, at, xid, gpu, incident))
+                if (node.row.pk, at) in self.stopped:
+                    requeued.append((runs[-1], at, *self.stopped[(node.row.pk, at)]))
         Incident.objects.bulk_create(incidents, batch_size=BATCH)
         HealthEvent.objects.bulk_create(events, batch_size=BATCH)
         Remediation.objects.bulk_create(runs, batch_size=BATCH)
         _write_engine_rows(runs)
+        # What the engine records when a run requeues a job: without it, ETTR could not
+        # tell which run stopped a job, and counted no time waiting for a replacement.
+        RemediationJob.objects.bulk_create(
+            (
+                RemediationJob(
+                    remediation=run, slurm_job_id=slurm_id, effect=JobEffect.REQUEUED,
+                    nodes=names, at=at,
+                )
+                for run, at, slurm_id, names in requeued
+            ),
+            batch_size=BATCH,
+        )  # fmt: skip
         self.stats.faults, self.stats.remediations = len(events), len(runs)
 
     def replacement(self, node: Node, at: datetime, xid: int, gpu: int, incident) -> Remediation:
@@ -494,16 +523,17 @@ def generate_history(
     with transaction.atomic():
         generator = _Generator(cluster, nodes, start, end, seed, jobs, fault_rate_per_gpu_day)
         stats = generator.run()
-        _write_accounting(cluster)
+        _write_accounting(cluster, generator.attempts)
         # History written into the past makes the cluster's daily rollups stale.
         clear_rollups(cluster)
         return stats
 
 
-def _write_accounting(cluster: Cluster) -> int:
-    """Slurm's accounting of the generated jobs, as `import_accounting` stores it from the
-    simulator: one record per finished job (SimulatedCluster.finished_jobs keeps no
-    record of attempts before a requeue either), so the accounting report has figures."""
+def _write_accounting(cluster: Cluster, attempts: dict[int, list[tuple]]) -> int:
+    """Slurm's accounting of the generated jobs, as `import_accounting` stores what
+    `sacct --duplicates` lists: one record per attempt, the requeued ones ending
+    REQUEUED. With one record per job, the accounting report counted a requeued job's
+    wait in the queue as GPU time and showed its requeued attempts as 0.0 GPU-h."""
     from clusters.backends.base import AccountingRecord
     from jobs.accounting import store_records
     from jobs.models import ACTIVE_JOB_STATES, Job
@@ -511,26 +541,30 @@ def _write_accounting(cluster: Cluster) -> int:
     finished = Job.objects.filter(
         cluster=cluster, slurm_id__gte=FIRST_JOB_ID, end_at__isnull=False
     ).exclude(state__in=ACTIVE_JOB_STATES)
-    records = [
-        AccountingRecord(
-            cluster=cluster.name,
-            job_id=job.slurm_id,
-            submit_time=job.submit_at,
-            name=job.name,
-            user=job.user,
-            account=job.account,
-            partition=job.partition,
-            qos="normal",
-            state=job.state,
-            start_time=job.start_at,
-            end_time=job.end_at,
-            elapsed_s=int((job.end_at - job.start_at).total_seconds()) if job.start_at else 0,
-            gpus=job.gpus if job.start_at else 0,
-            nodes=tuple(job.node_names or ()),
-            exit_code=job.exit_code,
-            restart_count=job.restart_count,
-        )
-        for job in finished.iterator()
-    ]
+    records = []
+    for job in finished.iterator():
+        runs = attempts.get(job.slurm_id) or [(job.submit_at, job.start_at, job.end_at)]
+        for index, (submitted, started, ended) in enumerate(runs):
+            final = index == len(runs) - 1
+            records.append(
+                AccountingRecord(
+                    cluster=cluster.name,
+                    job_id=job.slurm_id,
+                    submit_time=submitted,
+                    name=job.name,
+                    user=job.user,
+                    account=job.account,
+                    partition=job.partition,
+                    qos="normal",
+                    state=job.state if final else "REQUEUED",
+                    start_time=started,
+                    end_time=ended,
+                    elapsed_s=int((ended - started).total_seconds()) if started else 0,
+                    gpus=job.gpus if started else 0,
+                    nodes=tuple(job.node_names or ()),
+                    exit_code=job.exit_code if final else None,
+                    restart_count=index,
+                )
+            )
     store_records(cluster, records)
     return len(records)

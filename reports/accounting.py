@@ -70,6 +70,15 @@ def usage_rows(span: Span, group: str) -> list[dict]:
     )
 
 
+def requeued_gpu_h(row: dict) -> float | None:
+    """GPU-hours of a group's requeued attempts; None (unknown, shown as a dash) when its
+    jobs restarted but the accounting holds none of their earlier attempts: Slurm lists
+    them only with `sacct --duplicates`, and a simulator keeps none, so 0.0 would be false."""
+    if row["restarts"] and not row["requeued"]:
+        return None
+    return hours(row["requeued"])
+
+
 def usage(query: ReportQuery) -> Report:
     group = query.group if query.group in GROUPS else DEFAULT_GROUP
     rows = usage_rows(query.span(), group)
@@ -86,7 +95,7 @@ def usage(query: ReportQuery) -> Report:
                 "failed": row["failed"],
                 "cancelled": row["cancelled"],
                 "restarts": row["restarts"],
-                "requeued_gpu_h": hours(row["requeued"]),
+                "requeued_gpu_h": requeued_gpu_h(row),
                 "mean_wait_min": minutes(row["wait"]) if row["wait"] is not None else None,
             }
         )
@@ -109,6 +118,11 @@ def usage(query: ReportQuery) -> Report:
         "the range; failed means FAILED, NODE_FAIL, TIMEOUT, OUT_OF_MEMORY, BOOT_FAIL or "
         "DEADLINE. Queue wait is from submit (the attempt's own, after a requeue) to start.",
     ]
+    if any(row["requeued_gpu_h"] is None for row in table.rows):
+        report.notes.append(
+            "GPU-h of requeued attempts is blank where jobs restarted but Slurm's accounting "
+            "holds none of their earlier attempts."
+        )
     if query.group and group != query.group:
         report.notes.append(f"Grouped by {group}: this report splits by {', '.join(GROUPS)}.")
     if not rows:

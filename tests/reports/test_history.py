@@ -100,3 +100,29 @@ def test_generated_runs_leave_the_rows_the_engine_leaves():
     assert {step.outcome for step in steps} == {"succeeded"}
     assert steps.first().started_at == run.created_at
     assert steps.last().finished_at == run.finished_at
+
+
+def test_each_generated_requeue_is_an_accounting_attempt_and_a_runs_record_of_the_job():
+    """What made the Accounting tab print 0.0 GPU-h of requeued attempts beside 12
+    restarts, and ETTR 0.0 GPU-h of node replacement after 26 replacements."""
+    from demo.past import generate_history
+    from jobs.models import AccountingJob, Job
+    from remediation.models import RemediationJob
+
+    cluster = cluster_with_nodes("d")
+    generate_history(cluster, 30, seed=4, fault_rate_per_gpu_day=0.02)
+    restarted = Job.objects.filter(cluster=cluster, restart_count__gt=0)
+    restarts = sum(restarted.values_list("restart_count", flat=True))
+    assert restarts > 0
+    requeued = AccountingJob.objects.filter(cluster=cluster, state="REQUEUED")
+    assert requeued.count() == restarts
+    # Each attempt is its own record: the final one starts when the job last ran.
+    for job in restarted:
+        attempts = AccountingJob.objects.filter(cluster=cluster, slurm_id=job.slurm_id)
+        assert attempts.count() == job.restart_count + 1
+        last_start = job.state_changes.filter(to_state="RUNNING").order_by("at").last().at
+        assert attempts.exclude(state="REQUEUED").get().start_at == last_start
+    effects = RemediationJob.objects.filter(remediation__node__cluster=cluster)
+    assert set(effects.values_list("slurm_job_id", flat=True)) == set(
+        restarted.values_list("slurm_id", flat=True)
+    )
