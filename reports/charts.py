@@ -185,7 +185,7 @@ def lemons(report: Report) -> list[go.Figure]:
     rows = table.rows[:20]
     names = [row["node"] for row in rows]
     traces = [
-        go.Bar(x=names, y=[row["faults"] for row in rows], name="faults"),
+        go.Bar(x=names, y=[row["failures"] for row in rows], name="failures"),
         go.Bar(x=names, y=[row["expected"] for row in rows], name="expected at the fleet's rate"),
     ]
     return [_figure("Failures against the fleet's rate", traces, yaxis={"title": "failures"})]

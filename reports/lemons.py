@@ -95,8 +95,8 @@ def _table(name: str, title: str, tested: list[Tested], fleet_rate: float) -> Ta
     table = Table(
         name,
         title,
-        [(key, key), ("faults", "faults"),
-         ("in_service_h", "in-service h"), ("rate_per_1000h", f"faults per {PER_HOURS} h"),
+        [(key, key), ("failures", "failures"),
+         ("in_service_h", "in-service h"), ("rate_per_1000h", f"failures per {PER_HOURS} h"),
          ("fleet_rate_per_1000h", f"fleet's per {PER_HOURS} h"), ("expected", "expected"),
          ("p_value", "p-value"), ("lemon", "lemon")],
     )  # fmt: skip
@@ -108,7 +108,7 @@ def _table(name: str, title: str, tested: list[Tested], fleet_rate: float) -> Ta
         table.rows.append(
             {
                 key: item.name,
-                "faults": item.faults,
+                "failures": item.faults,
                 "in_service_h": hours(item.exposure_s),
                 "rate_per_1000h": round(item.faults / item.exposure_s * 3600 * PER_HOURS, 2),
                 "fleet_rate_per_1000h": round(fleet_rate * 3600 * PER_HOURS, 2),
@@ -135,8 +135,10 @@ def lemons(query: ReportQuery) -> Report:
     tested_nodes, tested_gpus = lemon_test(nodes), lemon_test(gpus)
     report = Report("lemons", "Lemon nodes and GPUs", query)
     report.tables = [
-        _table("nodes", "Nodes by how unlikely their faults are", tested_nodes, _fleet_rate(nodes)),
-        _table("gpus", "GPUs by how unlikely their faults are", tested_gpus, _fleet_rate(gpus)),
+        _table(
+            "nodes", "Nodes by how unlikely their failures are", tested_nodes, _fleet_rate(nodes)
+        ),
+        _table("gpus", "GPUs by how unlikely their failures are", tested_gpus, _fleet_rate(gpus)),
     ]
     report.summary = {
         "lemon nodes": sum(item.lemon for item in tested_nodes),
@@ -147,9 +149,10 @@ def lemons(query: ReportQuery) -> Report:
     report.notes += [
         'A lemon fails far more often than the rest of the fleet (Meta, "Revisiting '
         'Reliability in Large-Scale ML Research Clusters", HPCA 2025).',
-        "Test: if all nodes failed at one rate, each of the fleet's faults (critical incidents "
-        "and falls into down or fail) would land on a node in proportion to its in-service "
-        "hours; p-value = the binomial chance of a node getting at least the faults it got "
+        "Test: if all nodes failed at one rate, each of the fleet's failures (critical "
+        "incidents, as every report counts them) would land on a node in proportion to its "
+        "in-service hours; p-value = the binomial chance of a node getting at least the "
+        "failures it got "
         '("expected" is its proportional share). Lemon when p < '
         f"{ALPHA:g} / nodes tested (Bonferroni), so a fleet of equally reliable nodes has at "
         f"most a {ALPHA:.0%} chance of any node being flagged in a report. GPUs likewise, "

@@ -100,7 +100,7 @@ def test_the_report_flags_the_node_and_the_gpu_that_fail_most(manager_client, fl
     body = manager_client.get("/api/v1/reports/lemons/", RANGE).json()
     nodes = body["tables"]["nodes"]["rows"]
     assert nodes[0]["node"] == "gpu-09" and nodes[0]["lemon"] == "yes"
-    assert nodes[0]["faults"] == 7 and nodes[0]["in_service_h"] == 24.0
+    assert nodes[0]["failures"] == 7 and nodes[0]["in_service_h"] == 24.0
     # 12 faults over 10 node-days: its share is 1.2, and 7 or more has p = 4.6e-5.
     assert nodes[0]["expected"] == 1.2
     assert nodes[0]["p_value"] == pytest.approx(
