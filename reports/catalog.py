@@ -22,6 +22,24 @@ REPORTS: dict[str, tuple[str, Callable[[ReportQuery], Report]]] = {
 }
 
 
+# The filters each tab honours: the groupings it splits by ("" for none, listed first
+# when a tab can be shown unsplit) and whether it has a time axis. The page shows only
+# these, so no control sits on a tab where it changes nothing.
+CONTROLS: dict[str, tuple[tuple[str, ...], bool]] = {
+    "utilization": (("", "partition", "pool", "account", "user"), True),
+    "training_share": ((), True),
+    "availability": (("", "partition", "pool"), True),
+    "reliability": ((), True),
+    "goodput": (("account", "user"), False),
+    "accounting": (("account", "user", "partition", "qos"), False),
+}
+
+
+def controls(name: str) -> tuple[tuple[str, ...], bool]:
+    """(groupings, time bucket?) that change what the tab NAME shows."""
+    return CONTROLS.get(name, ((), False))
+
+
 def compute(name: str, query: ReportQuery) -> Report:
     """Compute one report; `name` must be a key of REPORTS."""
     return REPORTS[name][1](query)

@@ -78,9 +78,10 @@ class ReportForm(forms.Form):
     def query(self) -> ReportQuery:
         """The validated query; call only after `is_valid()` returned True."""
         data = self.cleaned_data
-        group_by = data.get("group_by") or "day"
+        group_by = data.get("group_by") or ""
         if group_by in BUCKETS:
             return ReportQuery(data["start"], data["end"], bucket=group_by, group="")
+        # No grouping chosen (a tab that shows only the time bucket): the bucket chosen.
         return ReportQuery(
             data["start"], data["end"], bucket=data.get("bucket") or "day", group=group_by
         )

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from urllib.parse import urlencode
 
 from django.http import Http404
 from django.shortcuts import render
 
 from core.roles import Role, role_required
-from reports.catalog import REPORTS, compute
+from reports.catalog import REPORTS, compute, controls
 from reports.charts import figures
-from reports.params import GROUP_BY_CHOICES, ReportForm, default_query
+from reports.params import ReportForm, default_query
 
 MANAGERS = (Role.MANAGER, Role.ADMIN)
 
@@ -22,8 +23,12 @@ def report_page(request, name: str = "utilization"):
     form = ReportForm(request.GET)
     printing = request.GET.get("print") == "1"
     sections = []
+    groupings, bucketed = controls(name)
     if form.is_valid():
         query = form.query()
+        if query.group not in groupings and not printing:
+            # A grouping another tab offered, which this one cannot split by.
+            query = replace(query, group="")
         # Paper gets every report; the screen computes only the one being looked at.
         names = list(REPORTS) if printing else [name]
         for each in names:
@@ -38,7 +43,9 @@ def report_page(request, name: str = "utilization"):
         "querystring": urlencode(query.as_params()),
         "sections": sections,
         "tabs": [(key, title) for key, (title, _) in REPORTS.items()],
-        "group_choices": [value for value, _ in GROUP_BY_CHOICES],
+        "group_choices": [(value, value or "none") for value in groupings],
+        "selected_group": query.group or (groupings[0] if groupings else ""),
+        "bucketed": bucketed,
     }
     if printing:
         return render(request, "reports/print.html", context)

@@ -197,3 +197,39 @@ def test_the_number_of_queries_does_not_grow_with_the_history(history, manager_c
     build(history, 2, 12)
     assert queries_for(manager_client) == small
     assert all(small.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "groupings", "bucket"),
+    [
+        ("utilization", ["none", "partition", "pool", "account", "user"], True),
+        ("reliability", [], True),
+        ("goodput", ["account", "user"], False),
+        ("accounting", ["account", "user", "partition", "qos"], False),
+        ("remediation", [], False),
+        ("ettr", [], False),
+        ("failures", [], False),
+        ("lemons", [], False),
+    ],
+)
+def test_a_tab_offers_only_the_filters_that_change_it(name, groupings, bucket, manager_client):
+    page = manager_client.get(f"/reports/{name}/", RANGE).content.decode()
+    form = page.split('class="filters"')[1].split("</form>")[0]
+    offered = re.findall(r"<option value=\"[^\"]*\"[^>]*>([^<]*)</option>", form)
+    group_select = form.split('name="group_by"')[1].split("</select>")[0] if groupings else ""
+    assert ("Group by" in form) == bool(groupings)
+    assert re.findall(r">([^<]*)</option>", group_select) == groupings
+    assert ("Time bucket" in form) == bucket
+    assert len(offered) == len(groupings) + (2 if bucket else 0)
+
+
+def test_the_time_bucket_alone_sets_the_bucket(history, manager_client):
+    history.node("gpu-01", [(0, "idle")])
+    body = manager_client.get(
+        "/api/v1/reports/availability/",
+        {"start": "2026-01-01", "end": "2026-01-14", "bucket": "week"},
+    ).json()
+    assert [row["bucket"] for row in body["tables"]["availability"]["rows"]] == [
+        "2026-01-01",
+        "2026-01-08",
+    ]
