@@ -45,7 +45,9 @@ def _figure(title: str, traces, **layout) -> go.Figure:
     figure.update_layout(title=plain(title), **LAYOUT, **layout)
     # Thousands separated, as the tables print them; "k" and "M" suffixes read as units.
     figure.update_yaxes(tickformat=",~f", hoverformat=",.1f", automargin=True)
-    figure.update_xaxes(automargin=True)
+    # Categories, never dates or numbers: a bucket marked "(so far)" is no date and would
+    # be dropped from a date axis, and a job id or node number is a name, not a quantity.
+    figure.update_xaxes(type="category", automargin=True)
     return figure
 
 

@@ -238,9 +238,14 @@ def await_approval(cluster, sim, command) -> dict:
 
 
 def history(cluster, sim, command) -> dict:
-    from demo.past import generate_history
+    from demo.past import FIELD_RATE, generate_history
 
-    stats = generate_history(cluster, command.get("days", 3), jobs=command.get("jobs"))
+    stats = generate_history(
+        cluster,
+        command.get("days", 3),
+        jobs=command.get("jobs"),
+        fault_rate_per_gpu_day=command.get("fault_rate", FIELD_RATE),
+    )
     return {"jobs": stats.jobs, "node_changes": stats.node_changes}
 
 

@@ -7,19 +7,27 @@ from datetime import date, timedelta
 
 import pytest
 
-from tests.e2e.conftest import WATCH_SOCKET, expect, log_in
+from tests.e2e.conftest import ARTIFACTS, WATCH_SOCKET, expect, log_in, watch_for_problems
 
 pytestmark = pytest.mark.browser
 
 HISTORY_DAYS = 3
 HISTORY_JOBS = 40
+# Faults often enough (per GPU and day) that jobs lose work, so badput has bars to draw.
+HISTORY_FAULT_RATE = 0.05
 REPLAYED_DAYS_AGO = 60
 
 
 @pytest.fixture(scope="module")
 def history(portal):
     """A few days of synthetic history, so the charts have something to draw."""
-    return portal.command("history", days=HISTORY_DAYS, jobs=HISTORY_JOBS, timeout=60)
+    return portal.command(
+        "history",
+        days=HISTORY_DAYS,
+        jobs=HISTORY_JOBS,
+        fault_rate=HISTORY_FAULT_RATE,
+        timeout=60,
+    )
 
 
 def test_a_manager_sees_a_plotly_chart_and_a_filter_redraws_it_without_a_reload(
@@ -115,3 +123,83 @@ def test_a_manager_reads_the_ettr_of_a_requeued_job_slurm_recorded_before_medbay
     vision = section.locator("tr", has=page.get_by_role("cell", name="vision", exact=True))
     expect(vision.first).to_contain_text("70.3")  # with job 1: (2 x 3 + 8 x 30) / (2 x 3 + 8 x 43)
     expect(section).to_contain_text("before it was installed")
+
+
+# A figure as the page prints it: thousands separated, one decimal ("175,934.7").
+FORMATTED = re.compile(r"^-?\d{1,3}(,\d{3})*(\.\d)?$|^—$|^\d(\.\d)?e-\d+$")
+RAW_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b")
+
+
+def chart_words(page, figure) -> list[str]:
+    """Every legend entry, tick label and axis title a person reads on a chart."""
+    return figure.evaluate(
+        "el => Array.from(el.querySelectorAll('.legendtext, .xtick text, .g-ytitle text, "
+        ".g-xtitle text, .gtitle')).map(t => t.textContent)"
+    )
+
+
+def test_a_manager_sees_badput_on_its_own_scale_in_words_with_formatted_figures(
+    page, portal, history
+):
+    problems = watch_for_problems(page)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/goodput/")
+    section = page.locator("#report-goodput")
+    badput = section.locator(".plotly-figure").first
+    expect(badput.locator(".gtitle")).to_have_text(re.compile("Lost work and restore"))
+    expect(badput.locator(".plot-container svg").first).to_be_attached()
+    # The lost-work bars are drawn tall enough to see, not a sliver on a 99.8 % stack.
+    heights = badput.evaluate(
+        "el => Array.from(el.querySelectorAll('.bars .point path'))"
+        ".map(p => p.getBoundingClientRect().height)"
+    )
+    assert heights and max(heights) > 40, heights
+    for figure in section.locator(".plotly-figure").all():
+        words = chart_words(page, figure)
+        assert words and not [w for w in words if RAW_NAME.search(w)], words
+    values = section.locator(".summary strong").all_text_contents()
+    assert values and all(FORMATTED.match(value) for value in values), values
+    # The account table's figures (the jobs table's first column is a Slurm job id).
+    cells = section.locator("#table-goodput-by_account tbody td").all_text_contents()
+    numbers = [cell for cell in cells if re.match(r"^-?[\d,.]+$", cell)]
+    assert numbers and all(FORMATTED.match(cell) for cell in numbers), numbers
+    page.screenshot(path=str(ARTIFACTS / "reports-goodput-badput.png"), full_page=True)
+    problems.assert_none()
+
+
+def test_the_remediation_tab_names_actions_in_words_and_offers_no_idle_filters(
+    page, portal, history
+):
+    problems = watch_for_problems(page)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/remediation/")
+    figure = page.locator("#report-remediation .plotly-figure").first
+    expect(figure.locator(".plot-container svg").first).to_be_attached()
+    words = chart_words(page, figure)
+    assert "Replace" in words and not [w for w in words if RAW_NAME.search(w)], words
+    filters = page.locator("form.filters")
+    expect(filters.get_by_label("Group by")).to_have_count(0)
+    expect(filters.get_by_label("Time bucket")).to_have_count(0)
+    page.locator(".report-tabs").get_by_role("link", name="Utilization").click()
+    expect(page.locator("form.filters").get_by_label("Time bucket")).to_be_visible()
+    expect(page.locator("form.filters").get_by_label("Group by")).to_be_visible()
+    problems.assert_none()
+
+
+def test_the_printable_reports_have_margins_on_screen_and_on_paper(page, portal, history):
+    problems = watch_for_problems(page)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/?print=1")
+    expect(page.locator("#report-utilization h2")).to_be_visible()
+    heading = page.locator("main h1").bounding_box()
+    assert heading["x"] >= 16, heading  # not flush against the window's edge
+    margins = page.evaluate(
+        "() => Array.from(document.styleSheets).flatMap(sheet => Array.from(sheet.cssRules))"
+        ".filter(rule => rule.type === CSSRule.PAGE_RULE).map(rule => rule.style.margin)"
+    )
+    assert margins and all(margin and margin != "0px" for margin in margins), margins
+    # Today is not over: its point is marked, not drawn as a dip among whole days.
+    figure = page.locator("#report-utilization .plotly-figure").first
+    expect(figure.locator(".xtick text").last).to_have_text(re.compile(r"\(so far\)$"))
+    page.screenshot(path=str(ARTIFACTS / "reports-print.png"))
+    problems.assert_none()
