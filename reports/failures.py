@@ -104,7 +104,7 @@ def failures(query: ReportQuery) -> Report:
         _table("model", "By GPU model", "GPU-h", by_model, model_up),
         _table("node", "By node", "node-h", by_node, exposure.node_s),
     ]
-    fleet = figures.reliability(span, exposure)
+    fleet = figures.reliability(span, exposure, incidents, repairs)
     report.summary = {
         key: value
         for key, value in fleet.summary().items()

@@ -189,9 +189,15 @@ class Reliability:
         }
 
 
-def reliability(span: Span, exposure: InService) -> Reliability:
-    failures = failure_rows(span)
-    repairs = repairs_of(failures)
+def reliability(
+    span: Span,
+    exposure: InService,
+    failures: list[dict] | None = None,
+    repairs: dict[int, Repair] | None = None,
+) -> Reliability:
+    """The fleet's figures; FAILURES and their REPAIRS when the caller already read them."""
+    failures = failure_rows(span) if failures is None else failures
+    repairs = repairs_of(failures) if repairs is None else repairs
     return Reliability(
         fault_events=fault_event_count(span),
         failures=len(failures),
