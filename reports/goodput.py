@@ -95,7 +95,7 @@ def allocated(span: Span, fields: list[str], *, job_ids=None) -> dict[tuple, flo
 
 
 def interrupted_jobs(span: Span) -> list[int]:
-    """Ids of the jobs that can have lost work or recovery in the span: those with a
+    """Ids of the jobs that can have lost work or restore in the span: those with a
     change into an interruption or a restart (read from a partial index). Nearly every
     job runs once and completes; the windows over job history then read only these.
 
@@ -156,7 +156,7 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
 
 
 def _stops(span: Span):
-    """State changes annotated with what lost work and recovery need (windows + subqueries)."""
+    """State changes annotated with what lost work and restore need (windows + subqueries)."""
     rows = JobStateChange.objects.filter(at__lt=span.data_end).filter(
         Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.start)
     )
@@ -200,7 +200,7 @@ def _stops(span: Span):
     since = Coalesce(F("checkpoint_at"), previous_at)
     return rows.annotate(
         lost_s=at_off - Greatest(span.offset(previous_at), span.offset(since), Value(0.0)),
-        recovery_s=Case(
+        restore_s=Case(
             When(
                 resumed_at__isnull=False,
                 then=Least(
@@ -217,7 +217,7 @@ def _stops(span: Span):
 def losses(
     span: Span, fields: list[str], interrupted: list[int], *, job_ids=None
 ) -> dict[tuple, dict]:
-    """Per combination of `fields`: lost and recovery GPU-seconds, interruptions of unknown
+    """Per combination of `fields`: lost and restore GPU-seconds, interruptions of unknown
     loss, from the histories of the `interrupted` jobs (see interrupted_jobs)."""
     if not interrupted:
         return {}
@@ -230,14 +230,14 @@ def losses(
     stop = f"prev_state = 'RUNNING' AND run_state IN {sql_list(INTERRUPTED_STATES)} AND {in_range}"
     result = summed(
         rows,
-        [*names, "w", "run_state", "prev_state", "at_off", "reported", "lost_s", "recovery_s"],
+        [*names, "w", "run_state", "prev_state", "at_off", "reported", "lost_s", "restore_s"],
         names,
         {
             "lost": f"SUM(CASE WHEN {stop} AND reported = 1 THEN w * lost_s ELSE 0 END)",
             "unknown": f"SUM(CASE WHEN {stop} AND reported = 0 THEN 1 ELSE 0 END)",
-            "recovery": "SUM(CASE WHEN recovery_s > 0 THEN w * recovery_s ELSE 0 END)",
+            "restore": "SUM(CASE WHEN restore_s > 0 THEN w * restore_s ELSE 0 END)",
         },
-        where=f"({stop}) OR recovery_s > 0",
+        where=f"({stop}) OR restore_s > 0",
     )
     return {tuple(row[name] for name in names): row for row in result}
 
@@ -257,7 +257,7 @@ class LostWork:
         values = rows.values()
         return cls(
             sum(row.get("lost") or 0.0 for row in values),
-            sum(row.get("recovery") or 0.0 for row in values),
+            sum(row.get("restore") or 0.0 for row in values),
             int(sum(row.get("unknown") or 0 for row in values)),
         )
 
@@ -279,7 +279,7 @@ def _fold(values: dict[tuple, float | dict], index: int) -> dict:
     folded: dict = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            entry = folded.setdefault(key[index], {"lost": 0.0, "recovery": 0.0, "unknown": 0})
+            entry = folded.setdefault(key[index], {"lost": 0.0, "restore": 0.0, "unknown": 0})
             for name in entry:
                 entry[name] += value.get(name) or 0
         else:
@@ -297,14 +297,14 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
     )  # fmt: skip
     for name in sorted(held, key=lambda key: (-held[key], str(key))):
         loss = lost.get(name, {})
-        waste = (loss.get("lost") or 0.0) + (loss.get("recovery") or 0.0)
+        waste = (loss.get("lost") or 0.0) + (loss.get("restore") or 0.0)
         kept = max(0.0, held[name] - waste)
         table.rows.append(
             {
                 group: name,
                 "allocated_gpu_h": hours(held[name]),
                 "lost_gpu_h": hours(loss.get("lost")),
-                "restore_gpu_h": hours(loss.get("recovery")),
+                "restore_gpu_h": hours(loss.get("restore")),
                 "productive_gpu_h": hours(kept),
                 "goodput_pct": percent(kept, held[name]),
                 "unknown_interruptions": int(loss.get("unknown") or 0),
