@@ -22,7 +22,7 @@ MAX_TRIPS = 50
 def faults_table(span: Span, bucket: str) -> Table:
     table = Table(
         "faults",
-        "Faults by XID code and health check",
+        "Fault events by XID code and health check",
         [("bucket", bucket), ("source", "source"), ("kind", "kind"), ("events", "events")],
     )
     rows = fault_event_counts(span)
