@@ -257,12 +257,13 @@ def validate(run, ctx):
 
 def _checks_failed(run, ctx, target: str, why: str):
     """TARGET failed its checks (or nothing may judge it): it stays out of service with
-    the failing check in its reason, its hold is let go, and the run asks an admin."""
-    if holds.release(ctx):
-        info = ctx.node(target)
-        reason = slurm_reason(run, f"{target} {why}")[: holders.REASON_MAX]
-        if info is not None and not ("drain" in info.flags and info.reason == reason):
-            ctx.backend.drain_node(target, reason)
+    the failing check in its reason (a reboot's `nextstate=resume` had put it back),
+    its hold is let go, and the run asks an admin."""
+    info = ctx.node(target)
+    reason = slurm_reason(run, f"{target} {why}")[: holders.REASON_MAX]
+    if info is not None and not ("drain" in info.flags and info.reason == reason):
+        ctx.backend.drain_node(target, reason)
+    holds.release(ctx)
     return needs_attention(f"{target} {why}; then retry.")
 
 

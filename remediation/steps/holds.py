@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from remediation.steps import StepContext
 
 HOLD_KEY = "checks_hold"
+MADE_KEY = "checks_hold_made"
 
 
 def hold(ctx: StepContext, node: str) -> bool:
@@ -30,17 +31,21 @@ def hold(ctx: StepContext, node: str) -> bool:
     if not isinstance(ctx.backend, HoldsNodesForChecks):
         return False
     held = ctx.context.get(HOLD_KEY)
+    if held == node and ctx.context.get(MADE_KEY) == node:
+        return True
     if held and held != node:
         ctx.backend.release_checks_hold(held)
     if held != node:
         ctx.remember(**{HOLD_KEY: node})  # the intent, before Slurm is asked
     ctx.backend.hold_for_checks(node)
+    ctx.context[MADE_KEY] = node  # saved with the step's result: a re-run asks again
     return True
 
 
 def release(ctx: StepContext) -> str:
     """Let go of this run's hold; the node it held, or "" when it held none."""
     held = ctx.context.pop(HOLD_KEY, None) or ""
+    ctx.context.pop(MADE_KEY, None)
     if held and isinstance(ctx.backend, HoldsNodesForChecks):
         ctx.backend.release_checks_hold(held)
     return held
