@@ -7,7 +7,16 @@ not installed makes its check skip, with the reason; it never passes."""
 import re
 import subprocess
 
-from agent.checks.base import Check, CheckContext, Mode, Verdict, failed, passed, skipped
+from agent.checks.base import (
+    Check,
+    CheckContext,
+    Mode,
+    Verdict,
+    failed,
+    passed,
+    skipped,
+    warned,
+)
 
 # `nvidia-smi nvlink -s`: "GPU 0: NVIDIA H100 ... (UUID: ...)" then "\t Link 0: 26.562 GB/s"
 # per link, "<inactive>" for a link that is down.
@@ -44,11 +53,32 @@ def probe_nvlink(ctx: CheckContext, timeout_s: float) -> Verdict:
         f"GPU {gpu} link {link}"
         for gpu, per_gpu in sorted(links.items())
         for link, state in sorted(per_gpu.items())
-        if "inactive" in state.lower() or state.lower() in ("down", "0 gb/s")
+        if _inactive(state)
     ]
+    expected = ctx.section("nvlink").get("expected_links")
+    if expected is not None:
+        short = [
+            f"GPU {gpu}: {sum(not _inactive(s) for s in per_gpu.values())} of {expected}"
+            for gpu, per_gpu in sorted(links.items())
+            if sum(not _inactive(state) for state in per_gpu.values()) < int(expected)
+        ]
+        if short:
+            return failed(f"NVLink links up below {expected} per GPU: {'; '.join(short)}")
+    elif len(down) == count:
+        # A GPU alone in a VM, or a board whose NVLink is not wired: nothing to compare
+        # with. A site whose nodes must have links says how many ([nvlink] expected_links).
+        return warned(
+            f"no NVLink link is up on any of {len(links)} GPU(s); set [nvlink] expected_links "
+            "where this node should have them"
+        )
     if down:
         return failed(f"NVLink down: {', '.join(down)}", down=down)
     return passed(f"{count} NVLink link(s) up on {len(links)} GPU(s)", links=count)
+
+
+def _inactive(state: str) -> bool:
+    lowered = state.lower()
+    return "inactive" in lowered or lowered in ("down", "0 gb/s")
 
 
 def probe_memory_stress(ctx: CheckContext, timeout_s: float) -> Verdict:

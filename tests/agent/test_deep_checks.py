@@ -79,3 +79,14 @@ def test_nccl_skips_where_nccl_tests_are_not_installed(tmp_path):
 def test_memory_stress_writes_and_verifies(tmp_path):
     result = run_one("memory_stress", context(tmp_path, config={"memory_stress": {"mib": 8}}))
     assert (result.status, result.message) == (CheckStatus.PASS, "8 MiB written and verified twice")
+
+
+def test_nvlink_with_every_link_inactive_warns_unless_the_site_expects_links(tmp_path):
+    all_down = NVLINK_UP.replace("26.562 GB/s", "<inactive>")
+    answers = {"nvidia-smi": CommandOutput(0, all_down)}
+    alone = run_one("nvlink", context(tmp_path, answers))
+    assert alone.status == CheckStatus.WARN and "expected_links" in alone.message
+    expected = context(tmp_path, answers, config={"nvlink": {"expected_links": 2}})
+    result = run_one("nvlink", expected)
+    assert result.status == CheckStatus.FAIL
+    assert result.message == "NVLink links up below 2 per GPU: GPU 0: 0 of 2; GPU 1: 0 of 2"
