@@ -312,6 +312,39 @@ def medbay_user(cluster, sim, command) -> dict:
     return {"output": out.getvalue()}
 
 
+def page_objects(cluster, sim, command) -> dict:
+    """One of each object a page's URL names that the other commands do not make, for the
+    tests that open every page: a job template of alice's, a policy and a fault group.
+    None of them changes what the engine does: the policy is off and names no XID, and
+    the fault group names a part nothing else uses and was already split."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from health.models import FaultGroup, FaultGroupKind
+    from jobs.models import JobTemplate
+    from remediation.models import Policy
+
+    alice = get_user_model().objects.get(username="alice")
+    template, _ = JobTemplate.objects.get_or_create(owner=alice, name="e2e-every-page")
+    policy, _ = Policy.objects.get_or_create(
+        check_name="e2e-every-page", defaults={"action": "cordon", "enabled": False}
+    )
+    now = timezone.now()
+    group, _ = FaultGroup.objects.get_or_create(
+        cluster=cluster,
+        part="e2e every-page switch",
+        defaults={
+            "kind": FaultGroupKind.PART,
+            "rule": "e2e",
+            "window_s": 10,
+            "opened_at": now,
+            "split_at": now,
+            "split_by": "e2e",
+        },
+    )
+    return {"template": template.pk, "policy": policy.pk, "fault_group": group.pk}
+
+
 COMMANDS = {
     "sync": sync,
     "drain": drain,
@@ -328,6 +361,7 @@ COMMANDS = {
     "recorded_accounting": recorded_accounting,
     "superuser": superuser,
     "medbay_user": medbay_user,
+    "page_objects": page_objects,
 }
 
 
