@@ -7,6 +7,8 @@ channel layer reaches every open page without Redis.
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.exceptions import SuspiciousFileOperation
 from django.core.management.base import CommandError
@@ -42,15 +44,32 @@ class StaticFiles(ASGIStaticFilesHandler):
     needs what the middleware (skipped for static files) sets on the request: a
     500. A path outside the static root (`/static/../manage.py`) raised
     SuspiciousFileOperation from the finders: a 500 and a traceback in the log.
+    Each file says how long a browser may keep it (`cache_control`).
     """
 
     def serve(self, request):
         try:
-            return super().serve(request)
+            response = super().serve(request)
         except (Http404, SuspiciousFileOperation):
             # The bare page: no session, user or database behind a static path.
             page = render_to_string("error_bare.html", {"status": 404, "message": "Not found."})
             return HttpResponseNotFound(page)
+        response["Cache-Control"] = cache_control(self.file_path(request.path))
+        return response
+
+
+# A vendored file's name carries its version (vendor/htmx-2.0.11.min.js,
+# vendor/plotly-basic-4.1.1.min.js): what is served under that name never changes, so a
+# browser keeps it a year without asking, and plotly's megabyte is fetched once. The
+# portal's own files change with a release under the same name: a browser asks each
+# time, and Django's static view answers a 304 while the file is unchanged.
+VERSIONED = re.compile(r"^vendor/[^/]+-\d+(\.\d+)+[^/]*$")
+
+
+def cache_control(relative_path: str) -> str:
+    if VERSIONED.match(relative_path.replace("\\", "/")):
+        return "public, max-age=31536000, immutable"
+    return "no-cache"
 
 
 def serve(host: str, port: int) -> None:

@@ -369,13 +369,13 @@ def serve(port: int) -> None:
     from channels.routing import ProtocolTypeRouter
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
-    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
     from portal.asgi import application
+    from portal.server import StaticFiles
 
     app = ProtocolTypeRouter(
         {
-            "http": ASGIStaticFilesHandler(application.application_mapping["http"]),
+            "http": StaticFiles(application.application_mapping["http"]),
             "websocket": application.application_mapping["websocket"],
         }
     )

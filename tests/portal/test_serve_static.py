@@ -41,13 +41,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _get(port: int, raw_path: str) -> tuple[int, str]:
-    """GET the path exactly as written: no client folds `..` before the server sees it."""
+def _get(port: int, raw_path: str, header: str = "Content-Type") -> tuple[int, str]:
+    """GET the path exactly as written: no client folds `..` before the server sees it;
+    the answer's status and HEADER."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         connection.request("GET", raw_path)
         response = connection.getresponse()
-        return response.status, response.getheader("Content-Type", "")
+        return response.status, response.getheader(header, "")
     finally:
         connection.close()
 
@@ -108,6 +109,27 @@ def test_a_static_file_that_exists_is_served(served):
 
     assert status == 200
     assert content_type.startswith("text/css")
+
+
+def test_a_vendored_file_is_kept_a_year_and_the_portals_own_files_are_asked_for_again(served):
+    port, _ = served
+
+    assert _get(port, "/static/vendor/plotly-basic-4.1.1.min.js", "Cache-Control") == (
+        200,
+        "public, max-age=31536000, immutable",
+    )
+    assert _get(port, "/static/css/medbay.css", "Cache-Control") == (200, "no-cache")
+    assert _get(port, "/static/js/reports.js", "Cache-Control") == (200, "no-cache")
+
+
+def test_every_vendored_file_names_its_version_so_a_year_of_caching_is_safe():
+    from portal.server import cache_control
+
+    for path in (REPO / "static" / "vendor").iterdir():
+        assert cache_control(f"vendor/{path.name}").endswith("immutable"), (
+            f"static/vendor/{path.name} has no version in its name: a browser would keep "
+            "an old copy after an upgrade; name it NAME-VERSION.EXT"
+        )
 
 
 @pytest.mark.parametrize("path", MISSING_OR_OUTSIDE)
