@@ -42,6 +42,8 @@ def test_a_researcher_chooses_notifications_and_sees_a_failed_test(page, portal,
     page.set_viewport_size({"width": width, "height": height})
     problems = watch_for_problems(page)
     log_in(page, portal, "alice")
+    if device == "phone":
+        page.locator("header summary").click()  # the header's links are in its menu
     page.get_by_role("link", name="Notifications").click()
     expect(page.locator("h1")).to_have_text("Your notifications")
     assert not scrolls_sideways(page)
