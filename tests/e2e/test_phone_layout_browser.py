@@ -1,6 +1,6 @@
 """Every page on a phone (390x844), as each role that may open it: the page never scrolls
 sideways (a wide table scrolls inside itself), the header is one line with a menu, and
-the job form puts its preview under the form.
+the job form puts its preview under the form; and only a page with charts loads plotly.
 
 The pages are the access table's (tests/security/access.py): every URL a role may GET,
 its parameters filled from objects in the browser tests' portal, every report tab and
@@ -33,6 +33,8 @@ USERS = {"anonymous": None, "researcher": "alice", "manager": "manager", "admin"
 # The API's one page of Medbay's own; its other URLs answer programs (in a browser,
 # with Django REST framework's browsable pages).
 OUR_API_PAGES = {"api:api-docs"}
+PLOTLY_WITHOUT_CHARTS = """() => !!document.querySelector('script[src*="plotly"]') &&
+  !document.querySelector(".plotly-figure")"""
 NAVIGATION_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # The outermost elements that stick out of the viewport: what a failure names.
 WIDE_ELEMENTS = """() => {
@@ -151,6 +153,8 @@ def test_no_page_scrolls_sideways_on_a_phone(browser, portal, objects, role):
             if measured["page"] > measured["viewport"]:
                 wide.append(f"{path}: {measured['page']} px wide: {measured['elements']}")
                 screenshot(page, f"phone-too-wide-{role}-{path.strip('/').replace('/', '_')}")
+            if page.evaluate(PLOTLY_WITHOUT_CHARTS):
+                errors.append(f"{path}: loads plotly (a megabyte) but draws no chart")
             errors += [f"{path}: {error}" for error in problems.errors]
             problems.errors.clear()
     finally:
