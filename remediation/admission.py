@@ -25,7 +25,7 @@ from django.db.models import Exists, JSONField, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from clusters.models import Cluster
-from core import live
+from core import counters, live
 from health.models import FaultGroup, FaultGroupKind, Incident
 from remediation import correlation, escalation, safety, services
 from remediation.deciding import (
@@ -52,6 +52,8 @@ DECIDE_FOR_S = 2.0
 MAX_DECISION_FAILURES = 3
 DECISION_BACKOFF_S = 5.0
 UNDECIDABLE = "could not be decided: "
+# The shared counter of decision passes that failed as a whole (`/metrics`).
+FAILED_PASSES = "decision_passes_failed"
 
 
 # ----------------------------------------------------------------- the entry points
@@ -165,6 +167,7 @@ def _passes(
             # The pass failed as a whole (at COMMIT, say): each of its incidents is
             # decided alone, so that the one that fails is isolated and the rest go on.
             logger.exception("Decision pass in cluster %s failed; deciding one by one", cluster_id)
+            counters.add(FAILED_PASSES)
             made, batch, others = _one_by_one(cluster_id, taken, policies, error), taken, []
         if batch is None:
             break

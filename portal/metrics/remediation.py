@@ -7,11 +7,13 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Max, Q, Sum
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from core import counters
 from health.models import Incident
 from portal.metrics.families import bound, count_every_choice, histogram, seconds_between
+from remediation.admission import FAILED_PASSES
 from remediation.models import BreakerTrip, Remediation, RemediationStep
 from remediation.transitions import ACTIVE, TERMINAL, RunStatus
 
@@ -37,6 +39,9 @@ class RemediationCollector(Collector):
         yield step_durations()
         yield from breakers()
         yield failed_decisions()
+        passes = failed_passes()
+        if passes is not None:
+            yield passes
 
 
 def oldest_run_ages(now: datetime) -> GaugeMetricFamily:
@@ -158,4 +163,18 @@ def failed_decisions() -> GaugeMetricFamily:
     )
     for state in ("retrying", "undecidable"):
         family.add_metric([state], counts[state])
+    return family
+
+
+def failed_passes() -> CounterMetricFamily | None:
+    """Decision passes that failed as a whole (each then decided one incident at a time),
+    counted by every process in the shared cache; left out when the cache is down."""
+    count = counters.read(FAILED_PASSES)
+    if count is None:
+        return None
+    family = CounterMetricFamily(
+        "medbay_decision_passes_failed",
+        "Decision passes that failed as a whole and were decided again one incident at a time.",
+    )
+    family.add_metric([], count)
     return family

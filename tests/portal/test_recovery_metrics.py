@@ -243,3 +243,29 @@ def test_the_exposition_with_every_family_filled_passes_promtool_check_metrics(f
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout + result.stderr == b"", "promtool has lint remarks"
+
+
+def test_a_decision_pass_that_fails_as_a_whole_is_counted(synced, monkeypatch):
+    from django.core.cache import cache
+
+    from remediation import admission
+    from tests.remediation.conftest import ingest_xid
+
+    cache.clear()
+    assert scrape()["medbay_decision_passes_failed_total"] == 0
+    real = admission._decide_locked
+    calls = []
+
+    def fails_once(*args, **kwargs):
+        made = real(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 1:  # as a failed COMMIT would: the whole pass rolls back
+            raise RuntimeError("the pass's COMMIT failed")
+        return made
+
+    monkeypatch.setattr(admission, "_decide_locked", fails_once)
+    result = ingest_xid("gpu-02", 79)
+    admission.on_incidents(result.incident_ids)
+    assert scrape()["medbay_decision_passes_failed_total"] == 1
+    assert len(calls) == 2, "then decided again on its own"
+    assert Remediation.objects.filter(node__name="gpu-02").count() == 1
