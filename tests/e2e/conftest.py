@@ -288,3 +288,15 @@ def watch_for_problems(page) -> BrowserProblems:
     page.on("requestfailed", on_request_failed)
     page.on("response", on_response)
     return problems
+
+
+# The synthetic past the report pages draw. The browser tests share one portal, and the
+# history is generated once (a second call finds it and adds nothing), so every test
+# that wants a past asks for this same one, whichever runs first.
+REPORT_HISTORY = {"days": 3, "jobs": 40, "fault_rate": 0.05}
+
+
+def report_history(portal) -> dict:
+    """A few days of synthetic history, with faults often enough (per GPU and day) that
+    jobs lose work and nodes are replaced, so every chart has something to draw."""
+    return portal.command("history", timeout=60, **REPORT_HISTORY)

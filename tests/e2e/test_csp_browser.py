@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import WATCH_SOCKET, expect, log_in, wait_for_socket, watch_for_problems
+from tests.e2e.conftest import (
+    WATCH_SOCKET,
+    expect,
+    log_in,
+    report_history,
+    wait_for_socket,
+    watch_for_problems,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -35,7 +42,7 @@ def objects(portal):
     job = portal.command("run_job", user="alice", name="e2e-csp", gpus=2)
     spare = portal.command("fresh_training")["spare"]
     run = portal.command("await_approval", node=spare, action="cordon")["run"]
-    portal.command("history", days=3, jobs=40, timeout=60)
+    report_history(portal)
     yield {"job": job["job"], "node": job["nodes"][0], "run": run}
     # Leave no waiting run for the approval queue's own tests.
     portal.command("decide", run=run, verdict="reject", comment="e2e: csp test done")

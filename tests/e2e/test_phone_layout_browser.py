@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from django.urls import reverse
 
-from tests.e2e.conftest import ARTIFACTS, expect, watch_for_problems
+from tests.e2e.conftest import ARTIFACTS, expect, report_history, watch_for_problems
 from tests.e2e.portal_server import PASSWORD
 from tests.security.access import Access, access_for
 from tests.security.routes import all_routes, fill
@@ -60,7 +60,7 @@ def objects(portal):
     job = portal.command("run_job", user="alice", name="e2e-phone", gpus=2)
     spare = portal.command("fresh_training")["spare"]
     run = portal.command("await_approval", node=spare, action="cordon")["run"]
-    portal.command("history", days=3, jobs=40, timeout=60)
+    report_history(portal)
     made = portal.command("page_objects")
     yield {"job": job["job"], "node": job["nodes"][0], "run": run, **made}
     # Leave no waiting run for the approval queue's own tests.

@@ -7,27 +7,23 @@ from datetime import date, timedelta
 
 import pytest
 
-from tests.e2e.conftest import ARTIFACTS, WATCH_SOCKET, expect, log_in, watch_for_problems
+from tests.e2e.conftest import (
+    ARTIFACTS,
+    WATCH_SOCKET,
+    expect,
+    log_in,
+    report_history,
+    watch_for_problems,
+)
 
 pytestmark = pytest.mark.browser
 
-HISTORY_DAYS = 3
-HISTORY_JOBS = 40
-# Faults often enough (per GPU and day) that jobs lose work, so badput has bars to draw.
-HISTORY_FAULT_RATE = 0.05
 REPLAYED_DAYS_AGO = 60
 
 
 @pytest.fixture(scope="module")
 def history(portal):
-    """A few days of synthetic history, so the charts have something to draw."""
-    return portal.command(
-        "history",
-        days=HISTORY_DAYS,
-        jobs=HISTORY_JOBS,
-        fault_rate=HISTORY_FAULT_RATE,
-        timeout=60,
-    )
+    return report_history(portal)
 
 
 def test_a_manager_sees_a_plotly_chart_and_a_filter_redraws_it_without_a_reload(
@@ -146,7 +142,9 @@ def test_a_manager_sees_badput_on_its_own_scale_in_words_with_formatted_figures(
     page.goto(f"{portal.url}/reports/goodput/")
     section = page.locator("#report-goodput")
     badput = section.locator(".plotly-figure").first
-    expect(badput.locator(".gtitle")).to_have_text(re.compile("Lost work and restore"))
+    # The chart's title is a heading above it, clear of plotly's toolbar.
+    title = section.locator("h3.figure-title").first
+    expect(title).to_have_text(re.compile("Lost work and restore"))
     expect(badput.locator(".plot-container svg").first).to_be_attached()
     # The lost-work bars are drawn tall enough to see, not a sliver on a 99.8 % stack.
     heights = badput.evaluate(
@@ -176,6 +174,7 @@ def test_the_remediation_tab_names_actions_in_words_and_offers_no_idle_filters(
     figure = page.locator("#report-remediation .plotly-figure").first
     expect(figure.locator(".plot-container svg").first).to_be_attached()
     words = chart_words(page, figure)
+    page.screenshot(path=str(ARTIFACTS / "reports-remediation.png"), full_page=True)
     assert "Replace" in words and not [w for w in words if RAW_NAME.search(w)], words
     filters = page.locator("form.filters")
     expect(filters.get_by_label("Group by")).to_have_count(0)
