@@ -105,17 +105,39 @@ class JobForm(forms.Form):
         self.fields["partition"].choices = [
             (name, describe_limits(limits)) for name, limits in self.limits.items()
         ]
+        first = next(iter(self.limits.values()), None)
+        if first:
+            # The default partition comes first; the page shows it chosen, so it is.
+            self.fields["partition"].initial = first["name"]
+        if first and first["max_gpus_per_node"] and "gpus_per_node" not in self.initial:
+            # A job on a GPU partition nearly always wants a GPU; 0 was a trap.
+            self.fields["gpus_per_node"].initial = 1
         self.params: JobParams | None = None
+        self.rebind = lambda data: type(self)(data, cluster=cluster)
+
+    def prefilled(self) -> JobForm:
+        """This form bound to what it shows, to preview a form that opens filled in."""
+        data = {name: self[name].value() for name in self.fields}
+        return self.rebind({name: value for name, value in data.items() if value is not None})
 
     def clean(self):
+        """Every problem in one answer: a field Django refused (missing, not a number)
+        stands in for a harmless value, so the partition limits and sbatch's own
+        checks still judge every other field, and each message lands on its field."""
         data = super().clean()
-        if self.errors:
-            return data
-        self._check_partition_limits(data)
-        if self.errors:
-            return data
-        params = self.build_params(data, progress_token=PREVIEW_TOKEN)
+        refused = set(self.errors)
+        if "partition" not in refused:
+            self._check_partition_limits(data)
+        complete = {**FILLERS, "partition": next(iter(self.limits), ""), **data}
+        params = self.build_params(complete, progress_token=PREVIEW_TOKEN)
+        derived = params.checkpoint_dir is not None and not data.get("checkpoint_dir", "").strip()
         for field, messages in validate_params(params).items():
+            if field in refused or (field == "checkpoint_dir" and derived):
+                # Refused already, or a checkpoint place derived from the working
+                # directory, whose own error says what to fix.
+                continue
+            if field not in self.fields and refused:
+                continue  # a derived value (grace, portal) judged on a stand-in
             target = field if field in self.fields else None
             for message in messages:
                 self.add_error(target, message if target else f"{field}: {message}")
@@ -125,16 +147,21 @@ class JobForm(forms.Form):
 
     def _check_partition_limits(self, data) -> None:
         limits = self.limits[data["partition"]]
-        if limits["max_nodes"] and data["nodes"] > limits["max_nodes"]:
+        nodes, minutes, gpus = (data.get(k) for k in ("nodes", "time_limit", "gpus_per_node"))
+        if nodes is not None and limits["max_nodes"] and nodes > limits["max_nodes"]:
             self.add_error("nodes", f"{limits['name']} allows at most {limits['max_nodes']}.")
-        elif data["nodes"] > limits["node_total"]:
+        elif nodes is not None and nodes > limits["node_total"]:
             self.add_error("nodes", f"{limits['name']} has only {limits['node_total']} nodes.")
-        if limits["max_time_minutes"] and data["time_limit"] > limits["max_time_minutes"]:
+        if (
+            minutes is not None
+            and limits["max_time_minutes"]
+            and minutes > limits["max_time_minutes"]
+        ):
             self.add_error(
                 "time_limit",
                 f"{limits['name']} allows at most {limits['max_time_minutes']} minutes.",
             )
-        if data["gpus_per_node"] > limits["max_gpus_per_node"]:
+        if gpus is not None and gpus > limits["max_gpus_per_node"]:
             self.add_error(
                 "gpus_per_node",
                 f"Nodes in {limits['name']} have at most {limits['max_gpus_per_node']} GPUs.",
@@ -150,7 +177,7 @@ class JobForm(forms.Form):
             # Automatic resume needs somewhere to checkpoint; the researcher did not
             # ask for it explicitly, so give it a place rather than an error.
             checkpoint_dir = data["workdir"].rstrip("/") + "/checkpoints"
-        grace = self.limits[data["partition"]]["grace_s"] or DEFAULT_GRACE_S
+        grace = self.limits.get(data["partition"], {}).get("grace_s") or DEFAULT_GRACE_S
         # Slurm refuses a signal lead time as long as the job itself; short test
         # jobs get half their time limit instead.
         grace = min(grace, max(1, data["time_limit"] * 60 // 2))
@@ -175,6 +202,25 @@ class JobForm(forms.Form):
             portal_url=settings.MEDBAY_PORTAL_URL if progress_token else None,
             progress_token=progress_token,
         )
+
+
+# Valid stand-ins for fields the form refused, so that clean() can judge the rest.
+FILLERS = {
+    "job_name": "job",
+    "account": "",
+    "nodes": 1,
+    "gpus_per_node": 0,
+    "gpu_flag": "gres",
+    "cpus_per_task": 1,
+    "mem": "",
+    "time_limit": 60,
+    "workdir": "/",
+    "env_setup": "",
+    "template": "python",
+    "command": "true",
+    "checkpoint_dir": "",
+    "auto_resume": "auto",
+}
 
 
 def resolve_auto_resume(choice: str, nodes: int, gpus_per_node: int) -> bool:
@@ -207,6 +253,8 @@ class ResubmitForm(JobForm):
 
     def __init__(self, *args, owner: str | None = None, me: str = "", **kwargs):
         super().__init__(*args, **kwargs)
+        cluster = kwargs.get("cluster")
+        self.rebind = lambda data: type(self)(data, cluster=cluster, owner=owner, me=me)
         if owner is None:
             del self.fields["run_as"]
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
@@ -37,6 +38,12 @@ from jobs.timeline import build_timeline
 from portal.regions import pushable, shared_region
 
 SUBMITTERS = (Role.RESEARCHER, Role.ADMIN)
+REQUIRED = forms.Field.default_error_messages["required"]
+OUTSIDE_MEDBAY = (
+    "Job {job} was submitted outside Medbay, so Medbay never saw its script: Slurm does"
+    " not report a job's command or working directory. Fill them in; the other fields"
+    " are what Slurm reports of the job."
+)
 
 
 @pushable("job-rows")
@@ -130,7 +137,8 @@ def resubmit(request, slurm_id: int):
             stored = bool(job.params) and not run_as_refusal(job.user)
             initial["run_as"] = RUN_AS_OWNER if stored else RUN_AS_SELF
         form = ResubmitForm(initial=initial, cluster=cluster, **who)
-        return _form_page(request, form, title=title, action=action)
+        notice = "" if job.params else OUTSIDE_MEDBAY.format(job=job.slurm_id)
+        return _form_page(request, form, title=title, action=action, notice=notice)
     form = ResubmitForm(request.POST, cluster=cluster, **who)
     if "save_template" in request.POST:
         return _save_template(request, form, action)
@@ -196,15 +204,28 @@ def _params_of(job) -> dict:
     }
 
 
-def _form_page(request, form, *, title: str, action: str):
-    context = {"form": form, "title": title, "action": action, **_preview_context(form)}
+def _form_page(request, form, *, title: str, action: str, notice: str = ""):
+    context = {"form": form, "title": title, "action": action, "notice": notice}
+    context.update(_preview_context(form))
     return render(request, "jobs/new.html", context, status=400 if form.errors else 200)
 
 
 def _preview_context(form) -> dict:
-    if not form.is_bound or not form.is_valid():
-        return {"script": None, "preview_errors": form.errors if form.is_bound else {}}
-    return {"script": render_sbatch(form.params), "preview_errors": {}}
+    """The script, or what stops it: the fields still empty, or every error by its label."""
+    shown = form if form.is_bound else form.prefilled()
+    if shown.is_valid():
+        return {"script": render_sbatch(shown.params), "preview_errors": [], "to_fill": []}
+    errors = [
+        (shown[name].label if name in shown.fields else "", message)
+        for name, messages in shown.errors.items()
+        for message in messages
+    ]
+    if not form.is_bound:
+        # A form that opens empty or part-filled is not wrong yet: name what is missing.
+        required = [label for label, message in errors if message == REQUIRED]
+        if len(required) == len(errors):
+            return {"script": None, "preview_errors": [], "to_fill": required}
+    return {"script": None, "preview_errors": errors, "to_fill": []}
 
 
 def _submit(request, form, submit):
