@@ -19,7 +19,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from clusters import holders
-from clusters.backends.base import JobInfo
+from clusters.backends.base import JobInfo, NodeInfo
 from clusters.backends.simulated import SimFault, SimulatedCluster
 from clusters.live import publish_nodes
 from clusters.models import Cluster, Gpu, GpuHealth, Node
@@ -152,11 +152,20 @@ class SimulationLoop:
             # time they are reported, as an agent's would.
             record_gpu_fault(self.cluster, replace(fault, at=timezone.now()))
 
+    def warm_up(self, delta: timedelta) -> None:
+        """Run the simulator through DELTA that happened before the portal watched.
+
+        Without moving the anchor the simulator's clock would stay DELTA / time_scale
+        ahead of ours for good: a job started just now would read as starting in the
+        future (negative GPU-hours, "Started" after the timeline's RUNNING row)."""
+        self._sim_anchor += delta
+        self.step(delta)
+
     def sync(self) -> None:
         apply_snapshot(
             self.cluster,
             self.sim.partitions(),
-            self.sim.nodes(),
+            [self._node_on_wall_clock(node) for node in self.sim.nodes()],
             [self._on_wall_clock(job) for job in self.sim.jobs()],
             actor="simulator",
         )
@@ -175,6 +184,10 @@ class SimulationLoop:
             end_time=self.wall_time(job.end_time),
             eligible_time=self.wall_time(job.eligible_time),
         )
+
+    def _node_on_wall_clock(self, node: NodeInfo) -> NodeInfo:
+        # "Reason set by root at ..." is a wall-clock field like any other.
+        return replace(node, reason_set_at=self.wall_time(node.reason_set_at))
 
     def run_forever(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -65,7 +65,10 @@ class HiddenJob:
 
 
 class GpuHours(Func):
-    """gpus × hours from start to end (or `now` while running); NULL until it starts."""
+    """gpus × hours from start to end (or `now` while running); NULL until it starts.
+
+    Never below zero: Slurm's StartTime comes from another host's clock, and a job
+    read a moment after it started can carry a start a little after our `now`."""
 
     output_field = FloatField()
 
@@ -74,15 +77,18 @@ class GpuHours(Func):
         super().__init__(F("gpus"), F("end_at"), now_value, F("start_at"))
 
     def as_sql(self, compiler, connection, **extra):
-        hours = "EXTRACT(EPOCH FROM (COALESCE({1}, {2}) - {3})) / 3600.0"
+        # GREATEST skips NULLs, so it goes round the end, not the product: a job not
+        # yet started stays NULL. start_at is a column, with no parameter to repeat.
+        hours = "EXTRACT(EPOCH FROM (GREATEST(COALESCE({1}, {2}), {3}) - {3})) / 3600.0"
         return self._render(compiler, f"CAST({{0}} * {hours} AS double precision)")
 
     def as_sqlite(self, compiler, connection, **extra):
         hours = "(julianday(COALESCE({1}, {2})) - julianday({3})) * 24.0"
-        return self._render(compiler, f"({{0}} * {hours})")
+        # SQLite's MAX() of several values is NULL if any is: not started stays NULL.
+        return self._render(compiler, f"MAX({{0}} * {hours}, 0.0)")
 
     def _render(self, compiler, template: str):
-        # Each argument appears once, in order, so the parameters line up.
+        # Only `now` carries a parameter and it appears once, so the parameters line up.
         compiled = [compiler.compile(arg) for arg in self.get_source_expressions()]
         sql = template.format(*(part for part, _ in compiled))
         return sql, [param for _, params in compiled for param in params]
@@ -93,7 +99,7 @@ def gpu_hours_of(job, now: datetime | None = None) -> float | None:
     if job.start_at is None:
         return None
     end = job.end_at or now or timezone.now()
-    return job.gpus * (end - job.start_at).total_seconds() / 3600
+    return max(0.0, job.gpus * (end - job.start_at).total_seconds() / 3600)
 
 
 def clean_params(query: QueryDict) -> QueryDict:

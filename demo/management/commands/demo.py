@@ -67,7 +67,7 @@ class Command(BaseCommand):
         cluster = Cluster.objects.create(name="demo", backend="simulated")
         registry.use(sim)
         loop = SimulationLoop(sim, cluster)
-        loop.step(timedelta(minutes=30))
+        loop.warm_up(timedelta(minutes=30))
         if options["history_days"] > 0:
             stats = generate_history(
                 cluster,

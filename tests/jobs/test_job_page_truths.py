@@ -1,0 +1,80 @@
+"""The job page says nothing untrue (#30 item 3): each figure checked on recorded state."""
+
+from __future__ import annotations
+
+import html
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+
+def page_of(client, slurm_id: int) -> str:
+    return html.unescape(client.get(f"/jobs/{slurm_id}/").content.decode())
+
+
+def test_gpu_hours_are_never_negative_when_slurm_starts_a_job_a_moment_after_our_now(
+    login, researcher, cluster
+):
+    ahead = timezone.now() + timedelta(seconds=30)  # another host's clock, a little fast
+    Job.objects.create(
+        cluster=cluster, slurm_id=77, user="alice", state="RUNNING", gpus=8, start_at=ahead
+    )
+    client = login(researcher)
+
+    queue_row = client.get("/jobs/").content.decode()
+    job_page = page_of(client, 77)
+    api = client.get("/api/v1/jobs/?sort=gpu_hours").json()
+
+    assert '<td class="gpu-hours">0.0</td>' in queue_row
+    assert '<td class="gpu-hours">0.0</td>' in job_page
+    assert 'class="gpu-hours">-' not in queue_row + job_page
+    assert all((row.get("gpu_hours") or 0) >= 0 for row in api["results"])
+
+
+def test_after_the_demos_warm_up_started_agrees_with_the_timelines_running_row(db):
+    from clusters.backends.base import JobSubmission
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.models import Cluster
+    from demo.simulation import SimulationLoop
+    from jobs.models import JobStateChange
+
+    sim = SimulatedCluster.standard(train=4, infer=1, spare=1, time_scale=60, start=timezone.now())
+    sim.fault_rate_per_gpu_day = 0
+    sim.add_partition("solo")  # a node of its own, free when the late job comes
+    sim.add_node("solo-01", "solo")
+    sim.generate_workload()
+    loop = SimulationLoop(sim, Cluster.objects.create(name="demo", backend="simulated"))
+    loop.warm_up(timedelta(minutes=30))  # what `manage.py demo` does before serving
+    script = "#!/bin/bash\n#SBATCH --job-name=late\n#SBATCH --partition=solo\nsrun x\n"
+    job_id = sim.submit_job(JobSubmission(script=script, user="alice"))
+
+    loop.step(timedelta(0))
+
+    job = Job.objects.get(slurm_id=job_id)
+    assert job.state == "RUNNING", (job.state, job.reason)
+    running = JobStateChange.objects.get(job=job, to_state="RUNNING")
+    assert job.start_at <= timezone.now()
+    assert abs(job.start_at - running.at) < timedelta(seconds=5)
+    assert all(j.start_at <= timezone.now() for j in Job.objects.exclude(start_at=None))
+
+
+def test_the_demo_shows_when_a_node_reason_was_set_on_the_wall_clock(db):
+    from clusters.backends.simulated import SimulatedCluster
+    from clusters.models import Cluster, Node
+    from demo.simulation import SimulationLoop
+
+    sim = SimulatedCluster.standard(train=2, infer=1, spare=1, time_scale=60, start=timezone.now())
+    sim.fault_rate_per_gpu_day = 0
+    loop = SimulationLoop(sim, Cluster.objects.create(name="demo", backend="simulated"))
+    sim.advance(timedelta(hours=8))  # simulated time runs 60 times faster than ours
+
+    sim.drain_node("gpu-01", "firmware")
+    loop.sync()
+
+    set_at = Node.objects.get(name="gpu-01").reason_set_at
+    assert abs(set_at - timezone.now()) < timedelta(minutes=10)
