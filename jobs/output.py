@@ -30,10 +30,18 @@ class StreamTail:
     problem: str = ""
     problem_kind: str = ""
     truncated: bool = False
-    same_as_stdout: bool = False
+    # Output and errors go to one file (Slurm's default without --error).
+    one_file: bool = False
+
+    @property
+    def same_as_stdout(self) -> bool:
+        """The error panel of a job with one file: the output panel shows it, once."""
+        return self.one_file and self.stream == "stderr"
 
     @property
     def label(self) -> str:
+        if self.one_file and self.stream == "stdout":
+            return "Output and errors"
         return STREAMS[self.stream]
 
 
@@ -52,7 +60,9 @@ def read_stream(job, stream: str, *, max_bytes: int = PAGE_TAIL_BYTES, backend=N
         )
         return StreamTail(stream, problem=message, problem_kind=JobFileError.REFUSED)
     path = paths.stdout if stream == "stdout" else paths.stderr
-    same = stream == "stderr" and paths.stderr == paths.stdout
+    one_file = paths.stderr == paths.stdout
+    if one_file and stream == "stderr":
+        return StreamTail(stream, path, one_file=True)
     try:
         tail = backend.read_job_file(job.user, path, max_bytes)
     except JobFileError as error:
@@ -60,7 +70,7 @@ def read_stream(job, stream: str, *, max_bytes: int = PAGE_TAIL_BYTES, backend=N
     except BackendError as error:
         message = f"Could not read {path}: {error.message}"
         return StreamTail(stream, path, problem=message, problem_kind=JobFileError.FAILED)
-    return StreamTail(stream, path, tail.text, truncated=tail.truncated, same_as_stdout=same)
+    return StreamTail(stream, path, tail.text, truncated=tail.truncated, one_file=one_file)
 
 
 def output_paths(job, backend) -> tuple[JobOutputPaths | None, str]:

@@ -48,6 +48,8 @@ def output_raw(request, slurm_id: int):
     if stream not in STREAMS:
         return HttpResponseBadRequest("stream must be stdout or stderr.")
     tail = read_stream(job, stream, max_bytes=RAW_TAIL_BYTES)
+    if tail.same_as_stdout:
+        tail = read_stream(job, "stdout", max_bytes=RAW_TAIL_BYTES)
     if tail.problem:
         return _plain(f"{STREAMS[stream]} of job {job.slurm_id}: {tail.problem}\n")
     response = _plain(tail.text)

@@ -40,10 +40,19 @@ def test_an_active_jobs_panel_follows_the_file_and_a_finished_one_loads_once(
     assert "hx-trigger" not in finished
 
 
-def test_errors_in_the_same_file_as_the_output_say_so(login, researcher, alices_job):
-    body = login(researcher).get(f"/jobs/{alices_job}/output/?stream=stderr").content.decode()
+def test_errors_in_the_same_file_as_the_output_say_so_and_the_file_is_shown_once(
+    login, researcher, alices_job
+):
+    client = login(researcher)
+    errors = client.get(f"/jobs/{alices_job}/output/?stream=stderr").content.decode()
+    output = client.get(f"/jobs/{alices_job}/output/?stream=stdout").content.decode()
+    raw_errors = client.get(f"/jobs/{alices_job}/output/raw?stream=stderr").content.decode()
 
-    assert "Errors go to the same file as the output" in body
+    path = f"/home/alice/resnet/resnet-{alices_job}.out"
+    assert "Errors go to the same file as the output, shown above" in errors
+    assert path not in errors and f"job {alices_job} (resnet)" not in errors
+    assert "<h3>Output and errors" in output and path in output
+    assert f"job {alices_job} (resnet)" in raw_errors
 
 
 def test_an_admin_may_read_a_researchers_output(login, admin_user, alices_job):
