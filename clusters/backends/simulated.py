@@ -832,7 +832,8 @@ def _fake_log(job: SimJob, now: datetime, *, errors_only: bool) -> str:
         )
     started = job.start_time or job.submit_time
     ran = (job.end_time or now) - started if job.start_time else timedelta(0)
-    lines = [f"attempt {attempt}: resumed from checkpoint" for attempt in range(job.restart_count)]
+    # The first attempt is attempt 1; each restart starts the next from its checkpoint.
+    lines = [f"attempt {n + 2}: resumed from checkpoint" for n in range(job.restart_count)]
     lines.append(f"job {job.job_id} ({job.name}) on {','.join(job.nodes) or 'no node yet'}")
     steps = int(ran.total_seconds() // 60) + 1
     for step in range(max(steps - 20, 0), steps):

@@ -78,3 +78,20 @@ def test_the_demo_shows_when_a_node_reason_was_set_on_the_wall_clock(db):
 
     set_at = Node.objects.get(name="gpu-01").reason_set_at
     assert abs(set_at - timezone.now()) < timedelta(minutes=10)
+
+
+def test_the_simulated_log_numbers_attempts_from_one(sim):
+    from clusters.backends.base import JobSubmission
+
+    script = "#!/bin/bash\n#SBATCH --job-name=count\n#SBATCH --partition=train\nsrun x\n"
+    job_id = sim.submit_job(JobSubmission(script=script, user="alice"))
+    sim.advance(timedelta(seconds=1))
+    sim.requeue_job(job_id)
+    sim.advance(timedelta(minutes=5))
+
+    path = sim.job_output_paths(job_id).stdout
+    log = sim.read_job_file("alice", path, 65536).text
+
+    assert sim.job(job_id).state == "RUNNING"
+    assert log.startswith("attempt 2: resumed from checkpoint\n")
+    assert "attempt 0" not in log
