@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -59,6 +60,7 @@ class Command(BaseCommand):
         host, port = _parse_addr(options["addr"])
         if options["nodes"] < 4:
             raise CommandError("--nodes must be at least 4")
+        _point_jobs_at(host, port)
         call_command("migrate", interactive=False, verbosity=0)
         sim = _build_simulator(options)
         # A new simulator knows nothing of a previous demo's nodes, jobs and runs,
@@ -90,6 +92,15 @@ class Command(BaseCommand):
         self.stdout.write("Demo users (passwords are new on every start):")
         for username, role, password in users:
             self.stdout.write(f"  {role:<10} user {username:<8} password {password}")
+
+
+def _point_jobs_at(host: str, port: int) -> None:
+    """The demo's job scripts report progress to this portal, wherever --addr put it,
+    unless MEDBAY_PORTAL_URL says where (a proxy in front, another name)."""
+    if "MEDBAY_PORTAL_URL" in os.environ:
+        return
+    reachable = "127.0.0.1" if host in ("0.0.0.0", "::", "[::]") else host  # noqa: S104
+    settings.MEDBAY_PORTAL_URL = f"http://{reachable}:{port}"
 
 
 def _build_simulator(options) -> SimulatedCluster:
