@@ -220,7 +220,7 @@ def url_with(params: QueryDict, **changes) -> str:
 QUEUE_COLUMNS = (
     ("Job", "id"), ("Name", "name"), ("User", "user"), ("Partition", "partition"),
     ("State", "state"), ("Why", None), ("Nodes", None), ("GPUs", "gpus"),
-    ("Restarts", "restarts"), ("GPU-hours", "gpu_hours"), ("Lost work", None),
+    ("Restarts", "restarts"), ("GPU-hours", "gpu_hours"), ("Lost work (GPU-h)", None),
     ("Submitted", "submitted"),
 )  # fmt: skip
 

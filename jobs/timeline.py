@@ -11,6 +11,7 @@ failing; "unknown" is said only when nothing was recorded at all.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,13 +28,16 @@ from remediation.correlation import job_fault_of
 from remediation.models import JobEffect, Remediation, RemediationJob, SlurmRequest, StepOutcome
 from remediation.models import Trigger as RunTrigger
 from remediation.templatetags.remediation_tags import step_label
+from remediation.transitions import TERMINAL
 
 # The sync notices a requeue up to one interval after the engine did it.
 MATCH_SLACK = timedelta(minutes=2)
 # The engine's and the sync's clocks are the same host's, but not the same instant.
 CLOCK_SLACK = timedelta(seconds=5)
 RAN = frozenset({JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED, JobState.CONFIGURING})
-NODE_FAILURE_WORDS = ("nodedown", "node_fail", "node fail", "node failure", "not responding")
+NODE_FAILURE_WORDS = (
+    "nodedown", "node_fail", "node fail", "node failure", "node fault", "not responding",
+)  # fmt: skip
 
 
 class Cause:
@@ -108,6 +112,8 @@ class Timeline:
     summary: str = ""
     # Slurm's StartTime is this attempt's; a requeued job first started earlier.
     first_started: datetime | None = None
+    # Where it runs, else where it last ran: Slurm stops naming a finished job's nodes.
+    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +163,8 @@ def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
     timeline.first_started = next(
         (change.at for change in changes if change.to_state == JobState.RUNNING), None
     )
+    held = [list(change.node_names) for change in changes if change.node_names]
+    timeline.nodes = list(job.node_names) or (held[-1] if held else [])
     return timeline
 
 
@@ -284,7 +292,7 @@ def merge_events(facts: Facts) -> list[Event]:
         for change in facts.changes
     ]
     for run in facts.runs:
-        who = run.requested_by.get_username() if run.requested_by else run.get_trigger_display()
+        who = display_name(run.requested_by) if run.requested_by else run.get_trigger_display()
         events.append(
             Event(run.created_at, "remediation",
                   f"Medbay run {run.pk}: {run.get_action_display()} {run.node.name}",
@@ -305,6 +313,11 @@ def merge_events(facts: Facts) -> list[Event]:
         if p.checkpoint_saved
     ]
     return sorted(events, key=lambda event: event.at)
+
+
+def display_name(user) -> str:
+    """A person as the page names them: their full name, else their user name."""
+    return user.get_full_name() or user.get_username()
 
 
 def _said(reason: str) -> bool:
@@ -352,10 +365,10 @@ def run_that_requeued(runs, at: datetime) -> Remediation | None:
 def _cause(facts: Facts, change, restart: Restart) -> tuple[str, str]:
     run = restart.run
     if run is not None and run.trigger == RunTrigger.ADMIN:
-        who = run.requested_by.get_username() if run.requested_by else "an admin"
+        who = display_name(run.requested_by) if run.requested_by else "an admin"
         why = f" ({run.reason})" if run.reason else ""
         action = run.get_action_display().lower()
-        return Cause.ADMIN, f"admin {who} asked Medbay to {action} {run.node.name}{why}"
+        return Cause.ADMIN, f"{who} asked Medbay to {action} {run.node.name}{why}"
     if run is not None and run.trigger == RunTrigger.SLURM:
         request = run.context.get("slurm_request") or {}
         action = run.get_action_display().lower()
@@ -494,7 +507,7 @@ STEP_PHRASES = {
     "drain": "drained {node}",
     "cordon": "cordoned {node}",
     "signal_jobs": "signalled the job to checkpoint",
-    "wait_grace": "gave the job {grace} s to checkpoint",
+    "wait_grace": "gave the job {grace} to checkpoint",
     "requeue_jobs": "requeued it",
     "reset_gpu": "reset the GPU",
     "reboot": "rebooted {node}",
@@ -507,19 +520,31 @@ def remediation_steps(run: Remediation) -> list[str]:
     """What the run did, as phrases; the first starts with "Medbay"."""
     context = run.context or {}
     replacement = context.get("replacement") or context.get("replacement_node") or "a spare"
-    grace = context.get("grace_s") or context.get("checkpoint_grace_s") or 120
     done = []
     for step in run.steps.all():
         if step.outcome != StepOutcome.SUCCEEDED or step.name not in STEP_PHRASES:
             continue
         phrase = STEP_PHRASES[step.name].format(
-            node=run.node.name, replacement=replacement, grace=grace
+            node=run.node.name, replacement=replacement, grace=grace_given(run, step)
         )
         if phrase not in done:
             done.append(phrase)
     if not done:
         return [f"Medbay started {run.get_action_display().lower()} on {run.node.name}"]
     return ["Medbay " + done[0], *done[1:]]
+
+
+GRACE_OVER = re.compile(r"grace of (\d+)s over")
+
+
+def grace_given(run: Remediation, step) -> str:
+    """The checkpoint grace the run's wait_grace step used: what it recorded, else
+    what its message says (runs from before it recorded it), else no number."""
+    used = (run.context or {}).get("grace_used_s")
+    if used is None:
+        said = GRACE_OVER.search(step.message or "")
+        used = int(said[1]) if said else (run.context or {}).get("grace_s")
+    return "its checkpoint grace" if used is None else f"{used} s"
 
 
 def _join(phrases: list[str]) -> str:
@@ -530,8 +555,7 @@ def _sentence(job, restart: Restart, because: str) -> str:
     text = f"Job {job.slurm_id} restarted at {_hhmm(restart.at)} because {because}."
     run = restart.run
     if run is not None:
-        status = run.get_status_display().lower()
-        text += f" {_join(remediation_steps(run))} (run {run.pk}, {status})."
+        text += f" {_join(remediation_steps(run))} ({_run_state(run, restart)})."
     if restart.resumed_at:
         text += f" It resumed at {_hhmm(restart.resumed_at)}"
         if restart.resumed_step is not None:
@@ -549,6 +573,15 @@ def _sentence(job, restart: Restart, because: str) -> str:
     elif restart.lost_gpu_hours is not None:
         text += f" Estimated lost work: {_gpu_hours(restart.lost_gpu_hours)} GPU-hours."
     return text
+
+
+def _run_state(run: Remediation, restart: Restart) -> str:
+    status = run.get_status_display().lower()
+    if restart.resumed_at and run.status not in TERMINAL:
+        # The run goes on with the node (a replacement, a reboot) after the job has
+        # moved on: the job is not waiting for it.
+        return f"run {run.pk} is still {status} on {run.node.name}; the job did not wait for it"
+    return f"run {run.pk}, {status}"
 
 
 def _duration(span: timedelta) -> str:

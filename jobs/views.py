@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from clusters.models import Partition
 from core import live
 from core.roles import ANY_ROLE, Role, has_role, is_admin, role_required
 from jobs import services
@@ -115,7 +116,18 @@ def _story_context(request, job) -> dict:
         "progress": job.progress_reports.order_by("-reported_at", "-id")[:10],
         "timeline": timeline,
         "can_act": can_act_on_job(request.user, job),
+        "partition_time_limit": _partition_time_limit(job),
     }
+
+
+def _partition_time_limit(job) -> int | None | str:
+    """Minutes a job without its own limit may run: the partition's MaxTime; None
+    when the partition sets none, "" when Medbay does not know the partition."""
+    limits = Partition.objects.filter(cluster_id=job.cluster_id, name=job.partition)
+    found = limits.values_list("max_time_minutes", flat=True).first()
+    if found is None and not limits.exists():
+        return ""
+    return found
 
 
 @role_required(*SUBMITTERS)
@@ -156,6 +168,12 @@ def resubmit(request, slurm_id: int):
 @require_POST
 def cancel(request, slurm_id: int):
     job = job_for(request.user, slurm_id)
+    if not can_act_on_job(request.user, job):
+        raise PermissionDenied("You may only cancel your own jobs.")
+    if request.POST.get("confirm") != "yes":
+        # The page asks first; a bare POST (an old form, a stray click) cancels nothing.
+        messages.error(request, f"Job {job.slurm_id} was not cancelled: confirm it first.")
+        return redirect(f"/jobs/{job.slurm_id}/")
     try:
         services.cancel_job(request.user, job)
         messages.success(request, f"Job {job.slurm_id} cancelled.")

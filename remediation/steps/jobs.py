@@ -80,6 +80,8 @@ def wait_grace(run, ctx):
     if not jobs:
         return skipped("no jobs to wait for")
     grace = grace_seconds(run, jobs)
+    # Kept so the job's story names the grace used, not a default (jobs/timeline.py).
+    ctx.context["grace_used_s"] = grace
     elapsed = ctx.since("signalled_at")
     if elapsed is None:
         return failed("the jobs were never signalled; the plan is out of order")

@@ -95,3 +95,43 @@ def test_the_simulated_log_numbers_attempts_from_one(sim):
     assert sim.job(job_id).state == "RUNNING"
     assert log.startswith("attempt 2: resumed from checkpoint\n")
     assert "attempt 0" not in log
+
+
+def test_cancelling_a_job_asks_first_and_a_bare_post_cancels_nothing(
+    login, researcher, submit_as, sim, synced
+):
+    slurm_id = submit_as(researcher)
+    synced(timedelta(seconds=1))
+    client = login(researcher)
+
+    page = client.get(f"/jobs/{slurm_id}/").content.decode()
+    bare = client.post(f"/jobs/{slurm_id}/cancel", follow=True)
+    still = sim.job(slurm_id).state
+    confirmed = client.post(f"/jobs/{slurm_id}/cancel", {"confirm": "yes"}, follow=True)
+
+    assert '<summary class="button danger" id="cancel-job">Cancel job…</summary>' in page
+    assert f"Yes, cancel job {slurm_id}" in page
+    assert "onclick" not in page and "onsubmit" not in page
+    assert still == "RUNNING"
+    assert f"Job {slurm_id} was not cancelled: confirm it first." in bare.content.decode()
+    assert f"Job {slurm_id} cancelled." in confirmed.content.decode()
+    assert sim.job(slurm_id).state == "CANCELLED"
+
+
+def test_the_demos_job_scripts_report_to_the_portals_own_address(
+    db, job_form, settings, monkeypatch
+):
+    from django.core.management import call_command
+
+    from clusters.models import Cluster
+    from jobs.forms import JobForm
+    from jobs.sbatch import render_sbatch
+
+    monkeypatch.delenv("MEDBAY_PORTAL_URL", raising=False)
+    settings.MEDBAY_PORTAL_URL = "http://127.0.0.1:8000"
+    call_command("demo", "--no-serve", "--addr", "127.0.0.1:8110", "--nodes", "4",
+                 "--history-days", "0")  # fmt: skip
+
+    form = JobForm({**job_form, "gpus_per_node": 1}, cluster=Cluster.objects.get(name="demo"))
+    assert form.is_valid(), form.errors
+    assert "export MEDBAY_PORTAL_URL=http://127.0.0.1:8110\n" in render_sbatch(form.params)

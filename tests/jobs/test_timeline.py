@@ -192,7 +192,11 @@ def test_the_run_stays_on_the_job_after_it_moved_to_other_nodes(login, job, rese
     assert "XID 79" in data["summary"] and "replaced gpu-02 with spare gpu-05" in data["summary"]
 
 
-def test_an_admin_action_is_told_apart_from_an_xid(login, job, researcher, admin_user):
+def test_an_admin_action_is_told_apart_from_an_xid_and_names_the_admin_once(
+    login, job, researcher, admin_user
+):
+    admin_user.first_name, admin_user.last_name = "Ada", "Lovelace"
+    admin_user.save()
     run = remediation(
         job,
         trigger="admin",
@@ -207,7 +211,7 @@ def test_an_admin_action_is_told_apart_from_an_xid(login, job, researcher, admin
 
     assert data["restarts"][0]["cause"] == "admin_action"
     assert data["summary"] == (
-        "Job 1234 restarted at 10:02 because admin admin asked Medbay to drain gpu-02"
+        "Job 1234 restarted at 10:02 because Ada Lovelace asked Medbay to drain gpu-02"
         f" (firmware update). Medbay drained gpu-02 and requeued it (run {run.pk}, succeeded)."
         " It resumed at 10:07 on gpu-03 and gpu-05."
         " Time lost: 8 min 30 s, from Medbay's action to running again."
@@ -424,3 +428,93 @@ def test_a_requeued_job_waiting_to_start_again_shows_when_it_first_started(login
 
     assert "waiting to start again" in page
     assert "<dt>First started</dt><dd>2026-03-01 09:00:00</dd>" in page
+
+
+def test_the_grace_named_is_the_grace_the_run_used_even_when_it_was_none(login, job, researcher):
+    xid_event()
+    run = remediation(job, trigger="health_event", steps=["signal_jobs", "wait_grace"])
+    run.context = {"replacement": "gpu-05", "grace_used_s": 0}
+    run.save()
+    requeue_and_resume(job)
+
+    summary = timeline(login, researcher)["summary"]
+
+    assert "gave the job 0 s to checkpoint" in summary
+    assert "120 s" not in summary
+
+
+def test_an_older_run_names_the_grace_its_step_reported(login, job, researcher):
+    xid_event()
+    run = remediation(job, trigger="health_event", steps=["wait_grace"])
+    run.context = {"replacement": "gpu-05"}
+    run.save()
+    RemediationStep.objects.filter(remediation=run).update(message="grace of 0s over")
+    requeue_and_resume(job)
+
+    assert "gave the job 0 s to checkpoint" in timeline(login, researcher)["summary"]
+
+
+def test_a_run_still_going_after_the_job_moved_on_is_not_cited_as_what_the_job_waits_for(
+    login, job, researcher
+):
+    xid_event()
+    run = remediation(job, trigger="health_event", steps=["drain", "requeue_jobs"])
+    Remediation.objects.filter(pk=run.pk).update(status="waiting")
+    requeue_and_resume(job)
+
+    summary = timeline(login, researcher)["summary"]
+
+    assert f"(run {run.pk} is still waiting on gpu-02; the job did not wait for it)" in summary
+    assert f"(run {run.pk}, waiting)" not in summary
+    assert "It resumed at 10:07" in summary
+
+
+def test_a_requeue_recorded_as_after_a_node_fault_is_not_told_as_a_manual_requeue(
+    login, job, researcher
+):
+    requeue_and_resume(job, reason="requeued after a node fault")
+
+    data = timeline(login, researcher)
+
+    assert data["restarts"][0]["cause"] == "node_failure"
+    assert "scontrol requeue" not in data["summary"]
+    assert "no fault was recorded" not in data["summary"]
+
+
+def test_a_finished_jobs_nodes_come_from_its_history_or_say_they_were_not_recorded(
+    login, job, researcher, cluster
+):
+    Job.objects.filter(pk=job.pk).update(state="COMPLETED", node_names=[], end_at=at(11, 0))
+    other = Job.objects.create(
+        cluster=cluster, slurm_id=99, user="alice", state="COMPLETED", node_count=4, gpus=32
+    )
+    history(other, ("RUNNING", "COMPLETED", at(10, 0)), nodes=())
+    client = login(researcher)
+
+    from_history = client.get("/jobs/1234/").content.decode()
+    unrecorded = client.get("/jobs/99/").content.decode()
+
+    assert '<dd id="job-nodes"><a href="/nodes/gpu-02/">gpu-02</a>, <a href="/nodes/gpu-03/">' in (
+        from_history
+    )
+    assert '<dd id="job-nodes">4 (which ones was not recorded)</dd>' in unrecorded
+
+
+def test_a_job_without_its_own_time_limit_shows_the_partitions(login, job, researcher, cluster):
+    from clusters.models import Partition
+
+    Partition.objects.create(cluster=cluster, name="train", max_time_minutes=7 * 24 * 60)
+    Job.objects.filter(pk=job.pk).update(partition="train", time_limit_minutes=None)
+
+    page = login(researcher).get("/jobs/1234/").content.decode()
+
+    assert "<dt>Time limit</dt><dd>7 d (the partition's)</dd>" in page
+
+
+def test_lost_work_is_given_in_gpu_hours(login, job, researcher):
+    checkpoints(job)
+    requeue_and_resume(job)
+
+    page = login(researcher).get("/jobs/1234/").content.decode()
+
+    assert "<th>Lost work (GPU-h)</th>" in page
