@@ -160,9 +160,11 @@ def build_timeline(job: Job, *, now: datetime | None = None) -> Timeline:
             Event(own_fault.opened_at, "health", "the job's own fault", own_fault.summary)
         )
         timeline.events.sort(key=lambda event: event.at)
-    timeline.first_started = next(
-        (change.at for change in changes if change.to_state == JobState.RUNNING), None
-    )
+    first_run = next((c for c in changes if c.to_state == JobState.RUNNING), None)
+    # Slurm's StartTime where it is the same attempt's: "First started" and "Started" agree.
+    own_start = first_run is not None and _starts_this_attempt(job, first_run)
+    if first_run is not None:
+        timeline.first_started = job.start_at if own_start else first_run.at
     held = [list(change.node_names) for change in changes if change.node_names]
     timeline.nodes = list(job.node_names) or (held[-1] if held else [])
     return timeline
@@ -287,7 +289,7 @@ def merge_events(facts: Facts) -> list[Event]:
             change.at,
             "state",
             f"{change.from_state or 'new'} → {change.to_state}",
-            f"{change.reason} ({change.actor})" if _said(change.reason) else change.actor,
+            _state_detail(facts.job, change),
         )
         for change in facts.changes
     ]
@@ -313,6 +315,22 @@ def merge_events(facts: Facts) -> list[Event]:
         if p.checkpoint_saved
     ]
     return sorted(events, key=lambda event: event.at)
+
+
+def _state_detail(job: Job, change) -> str:
+    detail = f"{change.reason} ({change.actor})" if _said(change.reason) else change.actor
+    if _starts_this_attempt(job, change) and abs(change.at - job.start_at) > CLOCK_SLACK:
+        # The row is when the sync saw the start; the page's "Started" is Slurm's.
+        detail += f"; Slurm started it at {timezone.localtime(job.start_at):%H:%M:%S}"
+    return detail
+
+
+def _starts_this_attempt(job: Job, change) -> bool:
+    return (
+        job.start_at is not None
+        and change.to_state == JobState.RUNNING
+        and change.restart_count == job.restart_count
+    )
 
 
 def display_name(user) -> str:

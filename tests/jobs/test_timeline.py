@@ -518,3 +518,12 @@ def test_lost_work_is_given_in_gpu_hours(login, job, researcher):
     page = login(researcher).get("/jobs/1234/").content.decode()
 
     assert "<th>Lost work (GPU-h)</th>" in page
+
+
+def test_a_running_row_seen_after_slurms_start_says_when_slurm_started_it(login, job, researcher):
+    # The fixture's job: the sync saw it RUNNING at 09:00, Slurm says it started at 10:07.
+    page = login(researcher).get("/jobs/1234/").content.decode()
+
+    assert "PENDING → RUNNING" in page
+    assert "; Slurm started it at 10:07:00" in page
+    assert "<dt>Started</dt><dd>2026-03-01 10:07:00</dd>" in page
