@@ -12,8 +12,8 @@ from health.models import HealthEvent, Severity
 from health.queries import filter_events, fold_groups
 from portal.regions import pushable, shared_region
 from remediation.correlation import grouping_rule
-from remediation.deciding import default_for_xid
-from remediation.models import Action, Mode
+from remediation.deciding import PRODUCT_DEFAULTS, default_for_xid
+from remediation.models import Action, Mode, Policy
 
 FEED_LIMIT = 200
 MODE_WORDS = {
@@ -54,6 +54,25 @@ def xid_catalogue(request):
     )
 
 
+def _context_rule(code: int) -> str:
+    rule = catalogue.CONTEXT_RULES.get(code, "")
+    if rule and code in PRODUCT_DEFAULTS:
+        # The catalogue's escalation would contradict the default above (XID 79:
+        # "restart the node" beside "Replace"); the engine follows the default.
+        return f"NVIDIA's guidance, which Medbay's default does not follow: {rule}"
+    return rule
+
+
+def _policy_words(code: int) -> str:
+    """What a policy row makes the engine do instead of the default, if there is one."""
+    policy = Policy.objects.filter(xid=code).first()
+    if policy is None:
+        return ""
+    if not policy.enabled:
+        return "Nothing: the policy for this XID is switched off."
+    return f"{Action(policy.action).label}, {MODE_WORDS.get(policy.mode, policy.mode)}."
+
+
 @pushable("xid-events")
 @role_required(*ANY_ROLE)
 def xid_detail(request, code: int):
@@ -68,7 +87,8 @@ def xid_detail(request, code: int):
         "recent": recent,
         "default_action": Action(action).label if action else "nothing",
         "default_mode": MODE_WORDS.get(mode, mode),
-        "context_rule": catalogue.CONTEXT_RULES.get(code, ""),
+        "context_rule": _context_rule(code),
+        "policy": _policy_words(code),
         "grouping": grouping_rule(info.cause),
     }
     if request.htmx and request.htmx.target == "xid-events":

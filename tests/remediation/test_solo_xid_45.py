@@ -48,3 +48,27 @@ def test_the_catalogue_page_says_which_rule_applies_to_xid_45_and_what_79_does(c
     assert "under one switch, rack or power feed" in page
     page = client.get("/health/xid/13/").content.decode()
     assert "the job&#x27;s own fault" in page
+
+
+def test_the_xid_79_page_does_not_contradict_the_replace_the_engine_does(client, admin_user):
+    from remediation.deciding import default_for_xid
+
+    client.force_login(admin_user)
+    page = client.get("/health/xid/79/").content.decode()
+
+    assert default_for_xid(79) == ("replace", "automatic")
+    assert "Replace, automatically, unless a policy says otherwise" in page
+    assert "NVIDIA&#x27;s guidance, which Medbay&#x27;s default does not follow" in page
+
+
+def test_the_xid_page_shows_the_policy_the_engine_follows_instead_of_the_default(
+    client, admin_user
+):
+    from remediation.models import Policy
+
+    Policy.objects.create(xid=79, action="reboot", mode="approval")
+    client.force_login(admin_user)
+
+    page = client.get("/health/xid/79/").content.decode()
+
+    assert '<dd id="xid-policy">Reboot, after an admin&#x27;s approval.</dd>' in page
