@@ -14,7 +14,7 @@ from collections.abc import Callable
 from health.models import Incident
 from remediation import services
 from remediation.deciding import Decision, severity
-from remediation.models import Remediation
+from remediation.models import Remediation, action_words, status_words
 from remediation.safety import BreakerLedger
 
 
@@ -47,11 +47,13 @@ def join(incident: Incident, run: Remediation, decision: Decision) -> Decision:
         services.note(
             run,
             f"joined by incident {incident.pk}: {decision.reason} "
-            f"({decision.action}, not more drastic than {run.action})",
+            f"({action_words(decision.action)}, not more drastic than {action_words(run.action)})",
             actor="policy",
             context={**run.context, "joined_incidents": joined, "xids": xids},
         )
-    return decision.but(f"joined run {run.pk} ({run.get_action_display()}, {run.status})")
+    return decision.but(
+        f"joined run {run.pk} ({action_words(run.action)}, {status_words(run.status)})"
+    )
 
 
 Admit = Callable[[Remediation], tuple[Decision, Remediation | None]]
@@ -73,7 +75,7 @@ def supersede(
         admitted.append(outcome)
         return run
 
-    why = f"{decision.reason} calls for {decision.action}"
+    why = f"{decision.reason} calls for {action_words(decision.action)}"
     new = services.supersede(old, start, why=why, actor="policy")
     if new is None:
         ledger.forget()  # the cancel was rolled back: the milder run counts again

@@ -27,6 +27,20 @@ class Action(models.TextChoices):
     RETURN_TO_SERVICE = "return_to_service", "Return to service"
 
 
+def action_words(action: str | None) -> str:
+    """An action as it reads mid-sentence: "return to service", "reset GPU", never
+    its key ("return_to_service")."""
+    if not action:
+        return "nothing"
+    label = str(Action(action).label) if action in Action.values else str(action)
+    return label[:1].lower() + label[1:]
+
+
+def status_words(status: str) -> str:
+    """A run's status as it reads mid-sentence: "awaiting approval"."""
+    return str(RunStatus(status).label).lower() if status in RunStatus.values else str(status)
+
+
 class Trigger(models.TextChoices):
     HEALTH_EVENT = "health_event"
     ADMIN = "admin"

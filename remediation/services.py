@@ -27,6 +27,8 @@ from remediation.models import (
     RemediationStatusChange,
     RemediationStep,
     Trigger,
+    action_words,
+    status_words,
 )
 from remediation.plans import plan_for
 from remediation.transitions import (
@@ -61,7 +63,11 @@ class NodeBusy(Exception):
     """The node already has an active run; a node is healed by one run at a time."""
 
     def __init__(self, existing: Remediation | None):
-        where = f"run {existing.pk} ({existing.action}, {existing.status})" if existing else "a run"
+        where = (
+            f"run {existing.pk} ({action_words(existing.action)}, {status_words(existing.status)})"
+            if existing
+            else "a run"
+        )
         super().__init__(f"The node already has an active remediation: {where}.")
         self.existing = existing
 

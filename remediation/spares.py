@@ -35,7 +35,7 @@ from clusters.models import Gpu, GpuHealth, Node
 from health.ingest import INCIDENT_SILENCE
 from health.models import Incident
 from remediation import safety
-from remediation.models import Remediation
+from remediation.models import Remediation, action_words, status_words
 from remediation.transitions import ACTIVE
 
 UNSOUND_GPU = (GpuHealth.FAILED, GpuHealth.DEGRADED)
@@ -138,7 +138,7 @@ def _active_runs(name_of: dict[int, str]) -> dict[int, str]:
         node_id__in=list(name_of), status__in=[str(s) for s in ACTIVE]
     )
     return {
-        node_id: f"in remediation by run {pk} ({action}, {status})"
+        node_id: f"in remediation by run {pk} ({action_words(action)}, {status_words(status)})"
         for node_id, pk, action, status in runs.values_list("node_id", "pk", "action", "status")
     }
 

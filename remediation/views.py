@@ -29,7 +29,7 @@ from remediation.forms import (
     ReplayForm,
     RunFilterForm,
 )
-from remediation.models import Action, Policy, Remediation, Trigger
+from remediation.models import Action, Policy, Remediation, Trigger, action_words
 from remediation.replay import replay as replay_policies
 from remediation.services import RUNS_REGION
 from remediation.transitions import RunStatus
@@ -231,7 +231,8 @@ def node_action(request, name: str, action: str):
     except services.NodeBusy as busy:
         context["busy"] = busy.existing
         return _render_action(request, context, status=409)
-    messages.success(request, f"Run {run.pk} started: {run.action} on {node.name}.")
+    what = action_words(run.action)
+    messages.success(request, f"Run {run.pk} started: {what} on {node.name}.")
     return redirect("remediation-detail", pk=run.pk)
 
 

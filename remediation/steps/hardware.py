@@ -21,7 +21,7 @@ from clusters.live import publish_nodes
 from clusters.models import Node
 from health.validation import CannotValidate
 from remediation import ownership, safety, spares
-from remediation.models import Action, Remediation, StepOutcome, Trigger
+from remediation.models import Action, Remediation, StepOutcome, Trigger, action_words
 from remediation.services import slurm_reason
 from remediation.steps import (
     StepResult,
@@ -278,7 +278,7 @@ def _replacement_handled_elsewhere(run, ctx):
     if acting is not None:
         ctx.context.setdefault("validate_started_at", ctx.now.isoformat())
         waited = ctx.since("validate_started_at")
-        message = f"{target} is in remediation by run {acting.pk} ({acting.action})"
+        message = f"{target} is in remediation by run {acting.pk} ({action_words(acting.action)})"
         if waited is not None and waited.total_seconds() > VALIDATE_PATIENCE_S:
             return needs_attention(f"{message}; retry this run once that run ends")
         return waiting(f"{message}; waiting for it to end", VALIDATE_POLL_S)
