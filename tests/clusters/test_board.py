@@ -51,7 +51,7 @@ def test_a_failed_gpu_is_red_and_counted(client, researcher, sim, cluster, synce
     login(client, researcher)
     html = client.get(reverse("board")).content.decode()
     assert 'class="gpu gpu-failed" title="GPU 3: failed: XID 79' in html
-    assert "1</strong> failed" in html
+    assert "1</strong> GPU failed" in html
 
 
 def test_the_node_page_shows_gpus_jobs_and_state_changes(client, researcher, sim, synced):
@@ -109,8 +109,8 @@ def test_a_node_out_of_service_with_no_run_is_not_counted_as_in_remediation(
     counts = counts_region(client)
 
     assert counts.lstrip().startswith('<section id="board-counts"')
-    assert "8</strong> in remediation" in counts  # gpu-02: a run is acting on it
-    assert "8</strong> out of service" in counts  # gpu-01: drained by someone, no run
+    assert "8</strong> GPUs in remediation" in counts  # gpu-02: a run is acting on it
+    assert "8</strong> GPUs out of service" in counts  # gpu-01: drained by someone, no run
 
 
 def test_a_filtered_boards_counts_count_what_it_shows(client, researcher, synced):
