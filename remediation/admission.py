@@ -27,6 +27,7 @@ from django.utils import timezone
 from clusters.models import Cluster
 from core import counters, live
 from health.models import FaultGroup, FaultGroupKind, Incident
+from jobs.models import JobState
 from remediation import correlation, escalation, safety, services
 from remediation.deciding import (
     HARMLESS,
@@ -410,7 +411,14 @@ def _handle(incident: Incident, policies: dict, batch: _Batch) -> Decision:
         return escalation.join(incident, busy, decision)
     if busy is not None:
         return _supersede(incident, busy, decision, batch)
+    if decision.action == Action.RESTART_APP and not _has_running_jobs(incident.node):
+        # Restarting jobs where none run would do nothing, yet ask an admin to approve it.
+        return decision.but(f"nothing to do: no jobs running on {incident.node.name} to restart")
     return _admit(incident, incident.node, decision, batch)[0]
+
+
+def _has_running_jobs(node) -> bool:
+    return node.jobs.filter(state__in=(JobState.RUNNING, JobState.SUSPENDED)).exists()
 
 
 def _supersede(incident: Incident, old: Remediation, decision: Decision, batch: _Batch) -> Decision:

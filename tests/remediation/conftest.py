@@ -151,3 +151,17 @@ def node(synced):
     from clusters.models import Node
 
     return lambda name: Node.objects.select_related("pool", "cluster").get(name=name)
+
+
+def job_running_on(node_name: str, slurm_id: int = 4242):
+    """A running job on the node, as the sync records it: something a restart can restart."""
+    from clusters.models import Node
+    from jobs.models import Job
+
+    node = Node.objects.get(name=node_name)
+    job = Job.objects.create(
+        cluster=node.cluster, slurm_id=slurm_id, user="alice", state="RUNNING",
+        node_names=[node_name], node_count=1, gpus=8,
+    )  # fmt: skip
+    job.nodes.add(node)
+    return job

@@ -7,7 +7,7 @@ import pytest
 from remediation import admission
 from remediation.models import Action, Remediation, RemediationStatusChange
 from remediation.transitions import RunStatus
-from tests.remediation.conftest import ingest_xid
+from tests.remediation.conftest import ingest_xid, job_running_on
 
 pytestmark = pytest.mark.django_db
 
@@ -20,6 +20,7 @@ def ingest(name, xid, gpu, capture):
 def test_an_xid_48_after_a_pending_xid_31_run_supersedes_it(
     synced, django_capture_on_commit_callbacks
 ):
+    job_running_on("gpu-02")
     ingest("gpu-02", 31, 1, django_capture_on_commit_callbacks)
     milder = Remediation.objects.get()
     assert (milder.action, milder.status) == (Action.RESTART_APP, RunStatus.AWAITING_APPROVAL)
@@ -41,6 +42,7 @@ def test_an_xid_48_after_a_pending_xid_31_run_supersedes_it(
 def test_an_xid_48_that_grows_the_same_incident_as_the_xid_31_still_escalates(
     synced, django_capture_on_commit_callbacks
 ):
+    job_running_on("gpu-02")
     ingest("gpu-02", 31, 3, django_capture_on_commit_callbacks)
     ingest("gpu-02", 48, 3, django_capture_on_commit_callbacks)
 
@@ -97,6 +99,7 @@ def history():
 def test_joining_and_superseding_only_ever_add_history_rows(
     synced, django_capture_on_commit_callbacks
 ):
+    job_running_on("gpu-02")
     ingest("gpu-02", 31, 1, django_capture_on_commit_callbacks)
     before_join = history()
     ingest("gpu-02", 13, 2, django_capture_on_commit_callbacks)  # as mild: joins
@@ -126,6 +129,7 @@ def test_a_supersede_the_breaker_refuses_leaves_the_milder_run_and_its_history_a
     Policy.objects.create(xid=48, action=Action.REPLACE, mode=Mode.AUTOMATIC)
     for name in ("gpu-01", "gpu-02"):
         ingest(name, 48, 4, django_capture_on_commit_callbacks)
+    job_running_on("gpu-03")
     ingest("gpu-03", 31, 1, django_capture_on_commit_callbacks)
     milder = Remediation.objects.get(node__name="gpu-03")
     before = history()
@@ -137,3 +141,16 @@ def test_a_supersede_the_breaker_refuses_leaves_the_milder_run_and_its_history_a
     assert Remediation.objects.filter(node__name="gpu-03").count() == 1
     assert BreakerRefusal.objects.filter(node__name="gpu-03", action=Action.REPLACE).exists()
     assert history() == before
+
+
+def test_a_restart_of_jobs_on_a_node_running_none_asks_no_one_and_says_why(
+    synced, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        result = ingest_xid("gpu-02", 31, gpu=1)
+
+    [decision] = admission.on_incidents(result.incident_ids)
+
+    assert not Remediation.objects.exists()  # nothing to approve, nothing waiting
+    assert decision.action == Action.RESTART_APP
+    assert decision.outcome == "nothing to do: no jobs running on gpu-02 to restart"

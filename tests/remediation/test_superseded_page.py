@@ -6,7 +6,7 @@ import pytest
 
 from remediation.models import Remediation
 from remediation.transitions import RunStatus
-from tests.remediation.conftest import ingest_xid
+from tests.remediation.conftest import ingest_xid, job_running_on
 
 pytestmark = pytest.mark.django_db
 
@@ -14,6 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_a_superseded_runs_page_links_the_run_that_superseded_it(
     admin_user, web, synced, django_capture_on_commit_callbacks
 ):
+    job_running_on("gpu-02")
     with django_capture_on_commit_callbacks(execute=True):
         ingest_xid("gpu-02", 31, gpu=1)
     milder = Remediation.objects.get()
