@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from clusters import holders
 from clusters.backends.capabilities import RepairsGpus, ReportsFleetHolders, ReportsGpuHealth
 from clusters.models import Gpu, GpuHealth, Node, NodePool
+from jobs.models import Job
 from remediation import ownership
 from remediation.models import Action
 from remediation.steps import (
@@ -172,10 +177,40 @@ def wait_drained(run, ctx):
     if limit is not None and waited is not None and waited.total_seconds() >= limit:
         requeued, cancelled = requeue_or_cancel(run, ctx, jobs)
         return waiting(f"preempted jobs {ids} after {limit}s (requeued {requeued})", 1)
-    return waiting(
-        f"waiting for job{'s' if len(jobs) > 1 else ''} {ids} to end on {run.node.name}",
-        DRAINED_POLL_S,
-    )
+    deadline = None
+    if limit is not None and waited is not None:
+        deadline = ctx.now + timedelta(seconds=limit) - waited
+    estimate = drain_estimate(run, [job.job_id for job in jobs], deadline)
+    jobs_word = f"job{'s' if len(jobs) > 1 else ''}"
+    message = f"waiting for {jobs_word} {ids} to end on {run.node.name}; {estimate}"
+    return waiting(message, DRAINED_POLL_S)
+
+
+def drain_estimate(run, job_ids: list[int], preempt_at=None) -> str:
+    """When the node should be free, from the jobs' time limits as the sync recorded
+    them (wall-clock times, whatever clock the backend keeps), and Medbay's own
+    preemption deadline if the run has one."""
+    rows = Job.objects.filter(cluster_id=run.node.cluster_id, slurm_id__in=job_ids)
+    ends, endless = [], []
+    for slurm_id, start, minutes in rows.values_list("slurm_id", "start_at", "time_limit_minutes"):
+        if not minutes:
+            endless.append(str(slurm_id))
+        else:
+            ends.append((start or timezone.now()) + timedelta(minutes=minutes))
+    if endless:
+        stops = "it ends when its owner or an admin stops it"
+        words = f"job {', '.join(endless)} has no time limit: {stops}"
+    elif ends:
+        words = f"expected free by {_hhmm(max(ends))}, when the last reaches its time limit"
+    else:
+        words = "no estimate: Medbay has not recorded these jobs yet"
+    if preempt_at is not None and (endless or not ends or preempt_at < max(ends)):
+        words += f"; Medbay preempts them at {_hhmm(preempt_at)}"
+    return words
+
+
+def _hhmm(at) -> str:
+    return timezone.localtime(at).strftime("%H:%M")
 
 
 @step("notify", "tell the admins about {node}")
