@@ -41,3 +41,20 @@ def test_starting_a_run_from_the_node_page_says_what_it_does_in_words(
     page = response.content.decode()
     assert "started: move to inference on gpu-01." in page
     assert "to_inference on gpu-01" not in page
+
+
+def test_the_node_page_and_the_boards_problem_list_name_the_action_in_words(
+    client, admin_user, sim, synced
+):
+    sim.drain_node("gpu-03", "medbay: back to service [run 9]")
+    synced()
+    Node.objects.filter(name="gpu-03").update(
+        active_remediation="return_to_service", held_by="", fleet_held_by=""
+    )
+    client.force_login(admin_user)
+
+    node_page = client.get("/nodes/gpu-03/").content.decode()
+    board = client.get("/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="fleet-problems")
+
+    assert "Medbay (Return to service)" in node_page
+    assert "(Return to service)" in board.content.decode()

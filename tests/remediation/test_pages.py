@@ -330,7 +330,8 @@ def test_the_replay_shows_what_policies_would_have_done_and_changes_nothing(
     rows = page.split('class="table replay"')[1]
     assert "gpu-02" in rows and "gpu-03" in rows and "gpu-04" not in rows
     assert "2 incidents" in page
-    assert "replace" in rows and f"/remediation/policies/{policy.pk}/" in rows
+    assert "<td>Replace</td>" in rows and f"/remediation/policies/{policy.pk}/" in rows
+    assert "× Replace (" in page
     assert not Remediation.objects.exists()
 
 
