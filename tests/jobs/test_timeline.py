@@ -527,3 +527,15 @@ def test_a_running_row_seen_after_slurms_start_says_when_slurm_started_it(login,
     assert "PENDING → RUNNING" in page
     assert "; Slurm started it at 10:07:00" in page
     assert "<dt>Started</dt><dd>2026-03-01 10:07:00</dd>" in page
+
+
+def test_progress_reports_number_attempts_from_one(login, job, researcher):
+    JobProgress.objects.create(job=job, step=10, checkpoint_saved=True, reported_at=at(9, 30))
+    JobProgress.objects.create(
+        job=job, step=20, checkpoint_saved=True, reported_at=at(10, 30), restart_count=1
+    )
+
+    page = login(researcher).get("/jobs/1234/").content.decode()
+
+    assert "<td>10</td><td>saved</td><td>1</td>" in page
+    assert "<td>20</td><td>saved</td><td>2</td>" in page
