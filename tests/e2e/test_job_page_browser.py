@@ -51,6 +51,10 @@ def test_cancelling_a_job_asks_for_confirmation_first(page, portal):
     expect(confirm).to_be_visible()
     expect(page.locator("#cancel-job-confirm")).to_contain_text("work since its last checkpoint")
     expect(page.locator(".jobstate").first).to_have_text("RUNNING")
+    # A live update of the job's story while she decides keeps the question open.
+    with page.expect_response(f"**/jobs/{job}/story"):
+        page.evaluate("() => htmx.trigger('#job-story', 'medbay:refresh')")
+    expect(confirm).to_be_visible()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "job-cancel-confirm.png"), full_page=True)
     confirm.click()
