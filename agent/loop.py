@@ -6,7 +6,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from agent.checks import CheckContext, run_checks, select_checks
+from agent.checks import DEEP_CHECKS, DEEP_DCGM_LEVEL, CheckContext, run_checks, select_checks
+from agent.checks.deep import deep_summary, held_since
 from agent.events import XidEventBuilder, check_event
 from agent.parsers.kmsg import KmsgParser
 from agent.sender import Sender
@@ -28,6 +29,7 @@ class AgentLoop:
     check_interval_s: float = 0.0
     check_names: list[str] | None = None
     _next_check_at: float = field(default=0.0)
+    _deep_done_for: str | None = field(default=None)
 
     def step(self, now: float | None = None) -> None:
         """One pass: read new log lines, run checks when due, send what is spooled."""
@@ -51,7 +53,18 @@ class AgentLoop:
     def _run_checks(self, now: float) -> None:
         self._next_check_at = now + self.check_interval_s
         context = CheckContext(**{**vars(self.check_context), "cache": {}})
-        results = run_checks(select_checks(self.check_names), context)
+        held = held_since(context)
+        if held is not None and held != self._deep_done_for:
+            # Medbay holds this node out of the scheduler's reach to check it before it
+            # takes jobs: the deep checks, once per hold, and their verdict as one event.
+            self._deep_done_for = held
+            config = {**context.config, "dcgm": {"diag_level": DEEP_DCGM_LEVEL,
+                                                 **context.section("dcgm")}}  # fmt: skip
+            context = CheckContext(**{**vars(context), "config": config})
+            results = run_checks(select_checks(list(DEEP_CHECKS)), context)
+            results.append(deep_summary(results))
+        else:
+            results = run_checks(select_checks(self.check_names), context)
         observed_at = datetime.now().astimezone()
         self.spool.append([check_event(result, observed_at=observed_at) for result in results])
 

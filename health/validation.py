@@ -23,8 +23,13 @@ from datetime import datetime, timedelta
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from agent.checks.deep import DEEP_SUMMARY
 from clusters.backends.base import BackendError, ClusterBackend
-from clusters.backends.capabilities import ChecksRunOnThisHost, ReportsGpuHealth
+from clusters.backends.capabilities import (
+    ChecksRunOnThisHost,
+    HoldsNodesForChecks,
+    ReportsGpuHealth,
+)
 from clusters.models import Gpu, GpuHealth
 from health.models import CheckStatus, EventKind, HealthEvent, NodeToken, Severity
 
@@ -54,7 +59,8 @@ def validate_node(backend: ClusterBackend, node: str) -> tuple[bool, str]:
     if isinstance(backend, ReportsGpuHealth):
         return backend_gpu_health(backend, node)
     if has_agent(node):
-        return reported_health(node)
+        held = isinstance(backend, HoldsNodesForChecks) and node in backend.checks_holds()
+        return reported_health(node, deep=held)
     if isinstance(backend, ChecksRunOnThisHost) and backend.checks_run_on_this_host():
         return agent_check(node, slurm_conf=backend.slurm_conf)
     raise CannotValidate(
@@ -80,11 +86,27 @@ def has_agent(node: str) -> bool:
     return NodeToken.objects.filter(node__name=node, revoked_at__isnull=True).exists()
 
 
-def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, str]:
+def reported_health(node: str, *, now: datetime | None = None, deep: bool = False):
     """Healthy when the node's agent reported its checks lately, every GPU is
-    healthy as reported, and nothing failed or went critical in REPORT_QUIET."""
+    healthy as reported, and nothing failed or went critical in REPORT_QUIET; with
+    DEEP (Medbay holds the node in a maintenance reservation, where the agent runs its
+    deep checks), also when the agent's deep checks passed within REPORT_FRESHNESS."""
     now = now or timezone.now()
     events = HealthEvent.objects.filter(node__name=node)
+    if deep:
+        verdict = (
+            events.filter(kind=EventKind.CHECK, check_name=DEEP_SUMMARY)
+            .filter(last_observed_at__gte=now - REPORT_FRESHNESS)
+            .order_by("-last_observed_at")
+            .first()
+        )
+        if verdict is None:
+            return False, (
+                f"waiting for the agent on {node} to run its deep checks (it runs them once "
+                "it sees Medbay's maintenance reservation on the node)"
+            )
+        if verdict.status == CheckStatus.FAIL:
+            return False, f"{node} failed its deep checks: {verdict.message}"
     last_report = events.filter(kind=EventKind.CHECK).aggregate(last=Max("last_observed_at"))[
         "last"
     ]
@@ -112,7 +134,8 @@ def reported_health(node: str, *, now: datetime | None = None) -> tuple[bool, st
     if bad is not None:
         what = bad.check_name or (f"XID {bad.xid}" if bad.xid is not None else bad.kind)
         return False, f"{node} reported {what} at {bad.last_observed_at:%H:%M:%S}"
-    return True, f"its agent reports it healthy (checks at {last_report:%H:%M:%S})"
+    deep_words = f"; deep checks: {verdict.message}" if deep else ""
+    return True, f"its agent reports it healthy (checks at {last_report:%H:%M:%S}){deep_words}"
 
 
 def agent_check(node: str, *, slurm_conf: str = "") -> tuple[bool, str]:

@@ -10,7 +10,10 @@ import subprocess
 from agent.checks.base import (
     Check,
     CheckContext,
+    CheckResult,
+    CheckStatus,
     Mode,
+    ToolMissing,
     Verdict,
     failed,
     passed,
@@ -26,6 +29,13 @@ LINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.+?)\s*$")
 OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
 AVG_BUS_BANDWIDTH = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
 MEMORY_PATTERN = bytes(range(256))
+# Medbay holds a node for its checks in a maintenance reservation of this name
+# (clusters.backends.capabilities.CHECK_HOLD_PREFIX; the agent imports no Django app).
+HOLD_PREFIX = "medbay-check-"
+HOLD_START = re.compile(r"ReservationName=(\S+)\s.*?StartTime=(\S+)")
+# The one check event that says the node passed (or failed) its deep checks as a whole:
+# what the portal's validation waits for while it holds the node.
+DEEP_SUMMARY = "deep_checks"
 
 
 def nvlink_links(text: str) -> dict[int, dict[int, str]]:
@@ -133,3 +143,36 @@ NCCL_ALLREDUCE = Check(
     "nccl_allreduce", "NCCL all-reduce across the node's GPUs (nccl-tests all_reduce_perf)",
     Mode.ACTIVE, 300.0, probe_nccl_allreduce,
 )  # fmt: skip
+
+
+def held_since(ctx: CheckContext, timeout_s: float = 10.0) -> str | None:
+    """When Medbay's maintenance hold on this node started (Slurm's StartTime), or None
+    when it holds none, or Slurm cannot say: the agent then runs its usual checks."""
+    node = ctx.node_name()
+    if not node:
+        return None
+    try:
+        output = ctx.run_tool(
+            "scontrol", ["show", f"reservation={HOLD_PREFIX}{node}", "--oneliner"], timeout_s
+        )
+    except (ToolMissing, OSError, subprocess.TimeoutExpired):
+        return None
+    found = HOLD_START.search(output.stdout) if output.returncode == 0 else None
+    if found is None or found.group(1) != f"{HOLD_PREFIX}{node}":
+        return None
+    return found.group(2)
+
+
+def deep_summary(results: list[CheckResult]) -> CheckResult:
+    """The deep checks as one verdict: failed naming the first failure, else passed naming
+    what was skipped and why (a skipped check never counts as passed)."""
+    failures = [r for r in results if r.status == CheckStatus.FAIL]
+    skipped_ones = [f"{r.name}: {r.message}" for r in results if r.status == CheckStatus.SKIP]
+    ran = sum(r.status in (CheckStatus.PASS, CheckStatus.WARN) for r in results)
+    if failures:
+        first = failures[0]
+        return CheckResult(DEEP_SUMMARY, CheckStatus.FAIL, f"{first.name}: {first.message}")
+    message = f"{ran} deep check(s) passed"
+    if skipped_ones:
+        message += f"; skipped, with the reason: {'; '.join(skipped_ones)}"
+    return CheckResult(DEEP_SUMMARY, CheckStatus.PASS, message, {"skipped": len(skipped_ones)})

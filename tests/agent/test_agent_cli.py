@@ -249,3 +249,48 @@ def test_the_run_command_follows_a_file_and_stops_on_sigterm(tmp_path):
         if agent.poll() is None:
             agent.kill()
         portal.stop()
+
+
+def test_the_agent_runs_its_deep_checks_once_per_maintenance_hold(tmp_path):
+    from pathlib import Path
+
+    from agent.checks import CommandOutput
+
+    held = {"start": "2026-12-03T09:15:00"}
+
+    def commands(argv, timeout_s, env=None):
+        if Path(argv[0]).name == "scontrol" and held["start"]:
+            return CommandOutput(
+                0, f"ReservationName=medbay-check-gpu-07 StartTime={held['start']} Nodes=gpu-07\n"
+            )
+        return CommandOutput(1, "", "Reservation medbay-check-gpu-07 not found")
+
+    portal = FakePortal()
+    portal.start()
+    try:
+        context = CheckContext(
+            run=commands,
+            config={"node": "gpu-07", "fail_file": str(tmp_path / "absent"),
+                    "memory_stress": {"mib": 4}, "cpu_stress": {"seconds": 0.05, "workers": 1}},
+            which=lambda name: f"/usr/bin/{name}" if name == "scontrol" else None,
+        )  # fmt: skip
+        _, loop = agent_loop(
+            tmp_path, portal.url, timeout_s=2, check_context=context,
+            check_interval_s=60, check_names=["force_drain"],
+        )  # fmt: skip
+        loop.step(now=1000.0)
+        loop.step(now=1061.0)  # the same hold: the usual checks again
+        held["start"] = None
+        loop.step(now=1122.0)
+        names = [portal.accepted[i]["check"] for i in portal.received]
+        assert names.count("deep_checks") == 1
+        assert "memory_stress" in names and "nccl_allreduce" in names
+        assert names[-1] == "force_drain" and names.count("force_drain") == 3
+        deep = next(portal.accepted[i] for i in portal.received
+                    if portal.accepted[i]["check"] == "deep_checks")  # fmt: skip
+        assert deep["status"] == "pass"
+        assert (
+            "skipped, with the reason: nvidia_smi_responds: nvidia-smi not found" in deep["message"]
+        )
+    finally:
+        portal.stop()

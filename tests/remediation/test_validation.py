@@ -119,3 +119,33 @@ def test_a_backend_that_knows_gpu_health_is_asked_before_any_agent(sim, synced):
     assert validation.validate_node(sim, "gpu-05") == (False, "GPU(s) 2 not healthy")
     sim.repair_gpu("gpu-05", 2)
     assert validation.validate_node(sim, "gpu-05") == (True, "8 GPUs healthy")
+
+
+class HeldSlurmLike(SlurmLike):
+    """A fleet's Slurm that holds gpu-06 in Medbay's maintenance reservation."""
+
+    def hold_for_checks(self, node):
+        pass
+
+    def release_checks_hold(self, node):
+        pass
+
+    def checks_holds(self):
+        return ["gpu-06"]
+
+
+def test_a_held_node_waits_for_its_agents_deep_checks_and_their_verdict(spare):
+    report(spare, "nvidia_smi_responds", "pass")
+    ok, message = validation.validate_node(HeldSlurmLike(), "gpu-06")
+    assert not ok and "waiting for the agent on gpu-06 to run its deep checks" in message
+    report(spare, "deep_checks", "fail")
+    ok, message = validation.validate_node(HeldSlurmLike(), "gpu-06")
+    assert not ok and "gpu-06 failed its deep checks: deep_checks fail" in message
+
+
+def test_a_held_node_passes_on_a_fresh_deep_pass_and_an_unheld_one_needs_none(spare):
+    report(spare, "nvidia_smi_responds", "pass")
+    assert validation.validate_node(SlurmLike(), "gpu-06")[0], "not held: the usual checks"
+    report(spare, "deep_checks", "pass")
+    ok, message = validation.validate_node(HeldSlurmLike(), "gpu-06")
+    assert ok and "deep checks: deep_checks pass" in message
