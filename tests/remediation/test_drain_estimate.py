@@ -44,7 +44,7 @@ def test_a_move_waiting_on_a_job_says_when_its_time_limit_frees_the_node(
     message = waiting_message(engine, admin_user, node)
 
     assert message == (
-        f"1 job(s) still running on {node}: {job_id};"
+        f"waiting for job {job_id} to end on {node};"
         f" expected free by {free_at}, when the last reaches its time limit"
     )
 
