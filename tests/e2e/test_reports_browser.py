@@ -121,8 +121,9 @@ def test_a_manager_reads_the_ettr_of_a_requeued_job_slurm_recorded_before_medbay
     expect(section).to_contain_text("before it was installed")
 
 
-# A figure as the page prints it: thousands separated, one decimal ("175,934.7").
-FORMATTED = re.compile(r"^-?\d{1,3}(,\d{3})*(\.\d)?$|^—$|^\d(\.\d)?e-\d+$")
+# A figure as the page prints it: thousands separated, one decimal ("175,934.7"); a small
+# non-zero value keeps two significant digits ("0.04", "1.2e-05": reports.base.formatted).
+FORMATTED = re.compile(r"^-?\d{1,3}(,\d{3})*(\.\d)?$|^—$|^-?0\.0+[1-9]\d?$|^-?\d(\.\d)?e-\d+$")
 RAW_NAME = re.compile(r"\b[a-z]+_[a-z_]+\b")
 
 
