@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from clusters.config import ClusterConfig, FleetKind, Transport
+
 
 class NodeState(models.TextChoices):
     """Slurm's base node state (flags are kept separately)."""
@@ -65,9 +67,41 @@ class Cluster(models.Model):
     # The history rollups (NodeStateDay, jobs.JobDay) hold every whole UTC day
     # before this one; reports read those days from them (reports/rollups.py).
     history_rolled_until = models.DateField(null=True, blank=True)
+    # Configured by MEDBAY_BACKEND, MEDBAY_FLEET and the other variables (the
+    # environment's single cluster, and what the demo or a test installs with
+    # registry.use) rather than by the fields below; `manage.py cluster add` and
+    # `edit` make a row configured by its fields.
+    from_environment = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True)
+    transport = models.CharField(
+        max_length=16, choices=Transport.choices, default=Transport.SIMULATED
+    )
+    slurm_conf = models.CharField(max_length=512, blank=True)
+    slurmrestd_url = models.CharField(max_length=512, blank=True)
+    # Paths only: the key and the kubeconfig hold secrets, read when connecting.
+    jwt_key_file = models.CharField(max_length=512, blank=True)
+    fleet = models.CharField(max_length=16, choices=FleetKind.choices, default=FleetKind.SIMULATED)
+    kubeconfig = models.CharField(max_length=512, blank=True)
+    kube_context = models.CharField(max_length=128, blank=True)
+    sync_interval_s = models.FloatField(default=2.0)
 
     def __str__(self) -> str:
         return self.name
+
+    def config(self) -> ClusterConfig:
+        """How to reach this cluster: from the environment, or from this row."""
+        if self.from_environment:
+            return ClusterConfig.from_environment()
+        return ClusterConfig(
+            transport=self.transport,
+            slurm_conf=self.slurm_conf,
+            slurmrestd_url=self.slurmrestd_url,
+            jwt_key_file=self.jwt_key_file,
+            fleet=self.fleet,
+            kubeconfig=self.kubeconfig,
+            kube_context=self.kube_context,
+            sync_interval_s=self.sync_interval_s,
+        )
 
 
 class Partition(models.Model):
@@ -247,3 +281,19 @@ class NodeDayTotal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_id} through {self.day}: {self.installed_s:.0f} s"
+
+
+class ClusterChange(models.Model):
+    """Append-only audit of a cluster's configuration: before, after, who, when."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="changes")
+    before = models.JSONField(default=dict, blank=True)  # {} when the row was added
+    after = models.JSONField(default=dict)
+    changed_by = models.CharField(max_length=128)
+    changed_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-changed_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"

@@ -6,5 +6,6 @@ urlpatterns = [
     path("", views.board, name="board"),
     path("board/fleet.json", views.fleet_data, name="fleet-data"),
     path("nodes/<str:name>/", views.node_detail, name="node-detail"),
+    path("clusters/", views.cluster_list, name="cluster-list"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -11,7 +11,7 @@ from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from core.grafana import node_dashboard_url
-from core.roles import ANY_ROLE, is_admin, role_required
+from core.roles import ANY_ROLE, Role, is_admin, role_required
 from health.queries import recent_events_for_node
 from jobs.models import ACTIVE_JOB_STATES
 from portal.healthz import healthz as portal_healthz
@@ -104,3 +104,11 @@ def node_detail(request, name: str):
 
 def healthz(request):
     return portal_healthz(request)
+
+
+@role_required(Role.ADMIN)
+def cluster_list(request):
+    """Every cluster this portal watches and how it reaches it (file paths, never secrets)."""
+    clusters = Cluster.objects.order_by("name")
+    rows = [(cluster, cluster.config()) for cluster in clusters]
+    return render(request, "clusters/cluster_list.html", {"rows": rows})

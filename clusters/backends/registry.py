@@ -1,20 +1,39 @@
-"""Picks the cluster backend and fleet provider from MEDBAY_BACKEND / MEDBAY_FLEET.
+"""Picks each cluster's backend and fleet provider.
 
-One instance of each per process: the simulator keeps its whole cluster in
-memory, so the backend and the fleet must be the same simulated cluster.
+The environment's cluster (MEDBAY_BACKEND / MEDBAY_FLEET, or what `use` installs)
+has one instance of each per process: the simulator keeps its whole cluster in
+memory, so the backend and the fleet must be the same simulated cluster. A
+cluster configured in the table gets its own pair, built from its row by
+`backend_for` / `fleet_for` and kept until its configuration changes.
 """
 
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
+from typing import TYPE_CHECKING, NamedTuple
 
 from django.conf import settings
 
 from clusters.backends.base import ClusterBackend, FleetProvider
+from clusters.config import ClusterConfig, FleetKind, Transport
+
+if TYPE_CHECKING:
+    from clusters.models import Cluster
 
 _lock = threading.Lock()
 _backend: ClusterBackend | None = None
 _fleet: FleetProvider | None = None
+
+
+class _Built(NamedTuple):
+    config: ClusterConfig
+    backend: ClusterBackend
+    fleet: FleetProvider
+
+
+# Cluster pk -> what was built for it, and from which configuration.
+_per_cluster: dict[int, _Built] = {}
 
 
 def get_backend() -> ClusterBackend:
@@ -35,11 +54,78 @@ def get_fleet() -> FleetProvider:
 
 
 def use(backend: ClusterBackend | None, fleet: FleetProvider | None = None) -> None:
-    """Install explicit implementations (the demo's simulator, tests)."""
+    """Install explicit implementations (the demo's simulator, tests) for the
+    environment's cluster; forgets every table-configured cluster's too."""
     global _backend, _fleet
     with _lock:
         _backend = backend
         _fleet = fleet if fleet is not None else _fleet_for(backend)
+        _per_cluster.clear()
+
+
+def backend_for(cluster: Cluster) -> ClusterBackend:
+    """CLUSTER's backend: the environment's for its cluster, else built from the row."""
+    if cluster.from_environment:
+        return get_backend()
+    return _built_for(cluster).backend
+
+
+def fleet_for(cluster: Cluster) -> FleetProvider:
+    """CLUSTER's fleet provider, paired with `backend_for(cluster)`."""
+    if cluster.from_environment:
+        return get_fleet()
+    return _built_for(cluster).fleet
+
+
+def _built_for(cluster: Cluster) -> _Built:
+    # How often to sync is not how to connect: only a change of the latter rebuilds,
+    # and an unchanged cluster keeps its connections (a simulated one its whole cluster).
+    config = replace(cluster.config(), sync_interval_s=0.0)
+    with _lock:
+        built = _per_cluster.get(cluster.pk)
+        if built is None or built.config != config:
+            backend = _backend_from(config)
+            built = _Built(config, backend, _fleet_from(config, backend))
+            _per_cluster[cluster.pk] = built
+        return built
+
+
+def _backend_from(config: ClusterConfig) -> ClusterBackend:
+    if config.transport == Transport.REST:
+        from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
+
+        return SlurmRestBackend(
+            config.slurmrestd_url,
+            JwtAuth(key_path=config.jwt_key_file),
+            slurm_conf=config.slurm_conf or None,
+            min_uid=settings.MEDBAY_MIN_UID,
+        )
+    if config.transport == Transport.CLI:
+        from clusters.backends.slurm import SlurmBackend
+
+        return SlurmBackend(slurm_conf=config.slurm_conf or None)
+    return _simulator()
+
+
+def _fleet_from(config: ClusterConfig, backend: ClusterBackend) -> FleetProvider:
+    if config.fleet == FleetKind.KUBERNETES:
+        from clusters.backends.kubernetes import KubernetesFleet
+
+        return KubernetesFleet(
+            kubeconfig=config.kubeconfig or None, context=config.kube_context or None
+        )
+    return _build_fleet(config.fleet, backend)
+
+
+def _simulator() -> ClusterBackend:
+    from clusters.backends.simulated import SimulatedCluster
+
+    return SimulatedCluster.sized(
+        settings.MEDBAY_SIM_NODES,
+        prefix=settings.MEDBAY_SIM_PREFIX,
+        seed=settings.MEDBAY_SIM_SEED,
+        time_scale=settings.MEDBAY_SIM_TIME_SCALE,
+    )
 
 
 def _fleet_for(backend: ClusterBackend | None) -> FleetProvider | None:
@@ -59,14 +145,7 @@ def _build_backend(name: str) -> ClusterBackend:
         from clusters.backends.slurm import SlurmBackend
 
         return SlurmBackend(slurm_conf=settings.SLURM_CONF or None)
-    from clusters.backends.simulated import SimulatedCluster
-
-    return SimulatedCluster.sized(
-        settings.MEDBAY_SIM_NODES,
-        prefix=settings.MEDBAY_SIM_PREFIX,
-        seed=settings.MEDBAY_SIM_SEED,
-        time_scale=settings.MEDBAY_SIM_TIME_SCALE,
-    )
+    return _simulator()
 
 
 def _build_fleet(name: str, backend: ClusterBackend) -> FleetProvider:

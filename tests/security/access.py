@@ -100,6 +100,7 @@ ACCESS: dict[str, Access] = {
     "agent-token-revoke": page(post=ADMINS),
     "node-repair": page(post=ADMINS),
     "partition-edits": page(get=ADMINS, post=ADMINS),
+    "cluster-list": page(get=ADMINS),
     # Reports.
     "reports": page(get=MANAGERS),
     "report": page(get=MANAGERS),

@@ -71,3 +71,23 @@ def test_a_controller_down_at_start_still_names_the_cluster_from_slurm_conf(db, 
 def test_a_non_positive_interval_is_refused(db, slurm):
     with pytest.raises(CommandError, match="--interval must be a positive"):
         call_command("slurm_sync", "--interval", "0")
+
+
+def test_the_cluster_option_syncs_a_configured_cluster_with_its_own_backend(db, slurm):
+    call_command("cluster", "add", "second", "--transport", "simulated", stdout=StringIO())
+    slurm.controller_up = False  # the environment's Slurm is down: "second" must not need it
+    output = run_once("--cluster", "second")
+    second = Cluster.objects.get(name="second")
+    assert "Synced cluster second" in output
+    simulated = registry.backend_for(second)
+    assert set(second.nodes.values_list("name", flat=True)) == {
+        info.name for info in simulated.nodes()
+    }
+    assert list(Cluster.objects.values_list("name", flat=True)) == ["second"]
+
+
+def test_a_disabled_cluster_is_not_synced_and_the_command_says_how_to_enable_it(db, slurm):
+    run_once()
+    call_command("cluster", "disable", "lab", stdout=StringIO())
+    with pytest.raises(CommandError, match="Cluster lab is disabled.*cluster enable lab"):
+        run_once()

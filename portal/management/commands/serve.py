@@ -45,10 +45,13 @@ class Command(BaseCommand):
         if sync:
             backend = registry.get_backend()
             cluster = ensure_cluster(backend)
-            SyncLoop(cluster, backend).start()
-            self.stdout.write(
-                f"Syncing cluster {cluster.name} every {settings.MEDBAY_SYNC_INTERVAL_S:g}s"
-            )
+            if cluster.enabled:
+                SyncLoop(cluster, backend).start()
+                self.stdout.write(
+                    f"Syncing cluster {cluster.name} every {settings.MEDBAY_SYNC_INTERVAL_S:g}s"
+                )
+            else:
+                self.stdout.write(f"Cluster {cluster.name} is disabled: not syncing it")
         if options["engine"]:
             start_engine(f"serve-{port}")
             self.stdout.write("Remediation engine running in this process")

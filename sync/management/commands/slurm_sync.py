@@ -7,11 +7,11 @@ same loop inside the portal process instead.
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from clusters.backends import registry
 from clusters.backends.base import BackendError
+from clusters.models import Cluster
 from sync.cycle import sync_once
 from sync.loop import SyncLoop, ensure_cluster
 
@@ -24,29 +24,47 @@ class Command(BaseCommand):
         parser.add_argument(
             "--interval",
             type=float,
-            default=settings.MEDBAY_SYNC_INTERVAL_S,
-            help="seconds between polls (default MEDBAY_SYNC_INTERVAL_S)",
+            help="seconds between polls (default: the cluster's sync interval, "
+            "MEDBAY_SYNC_INTERVAL_S for the environment's cluster)",
         )
         parser.add_argument(
-            "--cluster", help="cluster name (default: Slurm's ClusterName, else 'slurm')"
+            "--cluster",
+            help="a cluster from `manage.py cluster list`, synced with its own configuration; "
+            "else the environment's cluster, under this name (default: Slurm's ClusterName, "
+            "else 'slurm')",
         )
 
     def handle(self, *args, **options):
-        if options["interval"] <= 0:
+        if options["interval"] is not None and options["interval"] <= 0:
             raise CommandError("--interval must be a positive number of seconds")
-        backend = registry.get_backend()
-        cluster = ensure_cluster(backend, options["cluster"])
+        cluster, backend = self._cluster_and_backend(options["cluster"])
+        if not cluster.enabled:
+            raise CommandError(
+                f"Cluster {cluster.name} is disabled; "
+                f"`manage.py cluster enable {cluster.name}` turns it back on."
+            )
+        interval = options["interval"] or cluster.config().sync_interval_s
         version = f" (Slurm {cluster.slurm_version})" if cluster.slurm_version else ""
         if options["once"]:
             self._once(cluster, backend, version)
             return
         self.stdout.write(
-            f"Syncing cluster {cluster.name}{version} every {options['interval']:g}s; Ctrl-C stops."
+            f"Syncing cluster {cluster.name}{version} every {interval:g}s; Ctrl-C stops."
         )
         try:
-            SyncLoop(cluster, backend, interval_s=options["interval"]).run_forever()
+            SyncLoop(cluster, backend, interval_s=interval).run_forever()
         except KeyboardInterrupt:
             self.stdout.write("Stopped.")
+
+    @staticmethod
+    def _cluster_and_backend(name: str | None):
+        configured = Cluster.objects.filter(name=name, from_environment=False).first()
+        try:
+            backend = registry.backend_for(configured) if configured else registry.get_backend()
+        except (BackendError, ValueError) as error:
+            which = f"cluster {name}" if name else "the environment's cluster"
+            raise CommandError(f"Cannot set up the backend of {which}: {error}") from None
+        return ensure_cluster(backend, name), backend
 
     def _once(self, cluster, backend, version: str) -> None:
         try:
