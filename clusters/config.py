@@ -77,7 +77,7 @@ class ClusterConfig:
             slurm_conf=settings.SLURM_CONF or "",
             slurmrestd_url=os.environ.get("MEDBAY_SLURMRESTD_URL", ""),
             jwt_key_file=os.environ.get("MEDBAY_SLURM_JWT_KEY", ""),
-            fleet=settings.MEDBAY_FLEET,
+            fleet=_environment_fleet(transport),
             kubeconfig=os.environ.get("KUBECONFIG", ""),
             kube_context=os.environ.get("MEDBAY_K8S_CONTEXT", ""),
             sync_interval_s=settings.MEDBAY_SYNC_INTERVAL_S,
@@ -116,6 +116,14 @@ class ClusterConfig:
         """Configured files this host cannot see (a warning: the sync may run elsewhere)."""
         paths = (self.slurm_conf, self.jwt_key_file, self.kubeconfig)
         return [path for path in paths if path and not os.path.exists(path)]
+
+
+def _environment_fleet(transport: str) -> str:
+    # MEDBAY_FLEET defaults to the simulator even with MEDBAY_BACKEND=slurm; the
+    # registry then uses spares in Slurm, so that is what the cluster says it has.
+    if settings.MEDBAY_FLEET == FleetKind.SIMULATED and transport != Transport.SIMULATED:
+        return str(FleetKind.SLURM_SPARES)
+    return settings.MEDBAY_FLEET
 
 
 def validate_name(name: str) -> str:

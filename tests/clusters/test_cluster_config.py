@@ -191,11 +191,23 @@ def test_the_environments_cluster_reads_its_configuration_from_the_environment(d
     assert "(from the environment)" in cluster_command("list")[0]
 
 
+@override_settings(MEDBAY_BACKEND="slurm", MEDBAY_SLURM_API="cli", MEDBAY_FLEET="simulated")
+def test_slurm_with_the_default_fleet_says_spares_in_slurm_as_the_registry_builds(db):
+    cluster = Cluster.objects.create(name="lab")
+    assert cluster.config().fleet == "slurm-spares"
+    registry.use(None)
+    try:
+        assert isinstance(registry.fleet_for(cluster), SlurmSparesFleet)
+    finally:
+        registry.use(None)
+
+
 @override_settings(MEDBAY_BACKEND="slurm", MEDBAY_SLURM_API="cli", MEDBAY_FLEET="slurm-spares")
 @override_settings(SLURM_CONF="/etc/slurm/slurm.conf")
 def test_editing_the_environments_cluster_moves_it_into_the_table(db):
     Cluster.objects.create(name="lab")
-    cluster_command("edit", "lab", "--sync-interval", "9")
+    out, _ = cluster_command("edit", "lab")
+    assert "Cluster lab is now configured here: transport cli" in out
     cluster = Cluster.objects.get()
     assert not cluster.from_environment
     # What the environment said is kept, now in the row.

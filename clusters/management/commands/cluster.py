@@ -75,7 +75,8 @@ class Command(BaseCommand):
 
     def _edit(self, options) -> None:
         values = _given(options)
-        if not values:
+        # Without options, the environment's cluster moves into the table as it is.
+        if not values and not configure.get_cluster(options["name"]).from_environment:
             raise CommandError("Nothing to change: give at least one option (see --help).")
         cluster = configure.edit_cluster(options["name"], by=_actor(), **values)
         self.stdout.write(f"Cluster {cluster.name} is now configured here: {describe(cluster)}.")
