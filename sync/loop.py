@@ -11,6 +11,7 @@ from typing import NamedTuple
 from django.conf import settings
 from django.db import close_old_connections
 
+from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend
 from clusters.backends.capabilities import RunsSlurmCommands
 from clusters.models import Cluster
@@ -78,6 +79,19 @@ def ensure_cluster(backend: ClusterBackend, name: str | None = None) -> Cluster:
         for key, value in updates.items():
             setattr(cluster, key, value)
     return cluster
+
+
+def cluster_to_sync(name: str | None = None) -> tuple[Cluster, ClusterBackend]:
+    """The cluster to sync and its backend: NAME from the table with its own
+    configuration, else the environment's cluster (named NAME, or as Slurm names it).
+
+    A cluster moved into the table (`manage.py cluster edit`) is synced with its
+    row's backend even when found through the environment's Slurm.
+    """
+    configured = Cluster.objects.filter(name=name, from_environment=False).first()
+    backend = registry.backend_for(configured) if configured else registry.get_backend()
+    cluster = ensure_cluster(backend, name)
+    return cluster, registry.backend_for(cluster)
 
 
 def backoff_delay(failures: int) -> float:

@@ -91,3 +91,16 @@ def test_a_disabled_cluster_is_not_synced_and_the_command_says_how_to_enable_it(
     call_command("cluster", "disable", "lab", stdout=StringIO())
     with pytest.raises(CommandError, match="Cluster lab is disabled.*cluster enable lab"):
         run_once()
+
+
+def test_the_environments_cluster_moved_into_the_table_is_synced_with_its_row(db, slurm):
+    # "lab" is what the environment's Slurm calls itself; its row now says "simulator".
+    call_command("cluster", "add", "lab", "--transport", "simulated", stdout=StringIO())
+    run_once()
+    lab = Cluster.objects.get()
+    simulated = registry.backend_for(lab)
+    assert set(lab.nodes.values_list("name", flat=True)) == {
+        info.name for info in simulated.nodes()
+    }
+    environments = {info.name for info in registry.get_backend().nodes()}
+    assert set(lab.nodes.values_list("name", flat=True)) != environments

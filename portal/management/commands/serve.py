@@ -14,9 +14,8 @@ import argparse
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from clusters.backends import registry
 from portal.server import parse_addr, serve, start_engine
-from sync.loop import SyncLoop, ensure_cluster
+from sync.loop import SyncLoop, cluster_to_sync
 
 
 class Command(BaseCommand):
@@ -43,13 +42,11 @@ class Command(BaseCommand):
         if sync is None:
             sync = settings.MEDBAY_BACKEND == "slurm"
         if sync:
-            backend = registry.get_backend()
-            cluster = ensure_cluster(backend)
+            cluster, backend = cluster_to_sync()
             if cluster.enabled:
-                SyncLoop(cluster, backend).start()
-                self.stdout.write(
-                    f"Syncing cluster {cluster.name} every {settings.MEDBAY_SYNC_INTERVAL_S:g}s"
-                )
+                interval = cluster.config().sync_interval_s
+                SyncLoop(cluster, backend, interval_s=interval).start()
+                self.stdout.write(f"Syncing cluster {cluster.name} every {interval:g}s")
             else:
                 self.stdout.write(f"Cluster {cluster.name} is disabled: not syncing it")
         if options["engine"]:

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from clusters.backends import registry
 from clusters.backends.base import BackendError
-from clusters.models import Cluster
 from sync.cycle import sync_once
-from sync.loop import SyncLoop, ensure_cluster
+from sync.loop import SyncLoop, cluster_to_sync
 
 
 class Command(BaseCommand):
@@ -58,13 +56,11 @@ class Command(BaseCommand):
 
     @staticmethod
     def _cluster_and_backend(name: str | None):
-        configured = Cluster.objects.filter(name=name, from_environment=False).first()
         try:
-            backend = registry.backend_for(configured) if configured else registry.get_backend()
+            return cluster_to_sync(name)
         except (BackendError, ValueError) as error:
             which = f"cluster {name}" if name else "the environment's cluster"
             raise CommandError(f"Cannot set up the backend of {which}: {error}") from None
-        return ensure_cluster(backend, name), backend
 
     def _once(self, cluster, backend, version: str) -> None:
         try:
