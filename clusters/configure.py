@@ -46,7 +46,7 @@ def add_cluster(name: str, config: ClusterConfig, *, by: str) -> Cluster:
     return cluster
 
 
-def edit_cluster(name: str, *, by: str, **values) -> Cluster:
+def edit_cluster(name: str, *, by: str, enabled: bool | None = None, **values) -> Cluster:
     """Change some of a cluster's configuration; values a new transport or fleet no
     longer uses are cleared."""
     cluster = get_cluster(name)
@@ -54,7 +54,8 @@ def edit_cluster(name: str, *, by: str, **values) -> Cluster:
     if unknown:
         raise ValueError(f"not configuration: {sorted(unknown)}")
     config = cluster.config().changed(**values).validate()
-    return _save(cluster, by=by, from_environment=False, **asdict(config))
+    also = {} if enabled is None else {"enabled": enabled}
+    return _save(cluster, by=by, from_environment=False, **asdict(config), **also)
 
 
 def set_enabled(name: str, enabled: bool, *, by: str) -> bool:

@@ -297,3 +297,12 @@ class ClusterChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"
+
+    def changed_fields(self) -> list[tuple[str, object, object]]:
+        """(field, before, after) for each value that differs; before is None when added."""
+        names = sorted(set(self.before) | set(self.after))  # jsonb keeps no key order
+        return [
+            (name, self.before.get(name), self.after.get(name))
+            for name in names
+            if self.before.get(name) != self.after.get(name)
+        ]

@@ -1,13 +1,16 @@
-"""Pages: the live board and the node detail page."""
+"""Pages: the live board, the node detail page, and the clusters' configuration."""
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.http import JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
-from clusters import canvas
+from clusters import canvas, configure
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
+from clusters.config import ClusterConfig, ClusterConfigError
+from clusters.forms import ClusterForm, initial_for
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
 from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from core.grafana import node_dashboard_url
@@ -112,3 +115,49 @@ def cluster_list(request):
     clusters = Cluster.objects.order_by("name")
     rows = [(cluster, cluster.config()) for cluster in clusters]
     return render(request, "clusters/cluster_list.html", {"rows": rows})
+
+
+CLUSTER_HISTORY_SHOWN = 20
+
+
+@role_required(Role.ADMIN)
+def cluster_new(request):
+    form = ClusterForm(
+        request.POST or None, adding=True, initial=initial_for(ClusterConfig(), True)
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            cluster = configure.add_cluster(
+                form.cleaned_data["name"], form.config, by=request.user.get_username()
+            )
+        except ClusterConfigError as error:  # the name was taken meanwhile
+            form.add_config_errors(error)
+        else:
+            if not form.cleaned_data["enabled"]:
+                configure.set_enabled(cluster.name, False, by=request.user.get_username())
+            messages.success(request, f"Cluster {cluster.name} added.")
+            return redirect("cluster-list")
+    status = 400 if request.method == "POST" else 200
+    return render(request, "clusters/cluster_form.html", {"form": form}, status=status)
+
+
+@role_required(Role.ADMIN)
+def cluster_edit(request, cluster: str):
+    row = get_object_or_404(Cluster, name=cluster)
+    initial = initial_for(row.config(), row.enabled)
+    form = ClusterForm(request.POST or None, adding=False, initial=initial)
+    if request.method == "POST" and form.is_valid():
+        values = {
+            field: getattr(form.config, field) for field in ClusterConfig.__dataclass_fields__
+        }
+        enabled = form.cleaned_data["enabled"]
+        configure.edit_cluster(row.name, by=request.user.get_username(), enabled=enabled, **values)
+        messages.success(request, f"Cluster {row.name} saved.")
+        return redirect("cluster-list")
+    context = {
+        "form": form,
+        "cluster": row,
+        "history": row.changes.all()[:CLUSTER_HISTORY_SHOWN],
+    }
+    status = 400 if request.method == "POST" else 200
+    return render(request, "clusters/cluster_form.html", context, status=status)

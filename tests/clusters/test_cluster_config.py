@@ -318,3 +318,60 @@ def test_the_clusters_page_is_for_admins_only(client, researcher, manager):
     for name in ("alice", "manager"):
         client.login(username=name, password=PASSWORD)
         assert client.get("/clusters/").status_code == 403
+
+
+def test_an_admin_adds_a_cluster_on_the_page(client, admin_user):
+    client.login(username="admin", password=PASSWORD)
+    response = client.post(
+        "/clusters/new/",
+        {
+            "name": "a100", "transport": "rest", "slurmrestd_url": "http://a100-head:6820",
+            "jwt_key_file": JWT_KEY, "fleet": "slurm-spares", "sync_interval_s": "5",
+            "enabled": "on",
+        },
+    )  # fmt: skip
+    assert response.status_code == 302 and response["Location"] == "/clusters/"
+    cluster = Cluster.objects.get(name="a100")
+    assert (cluster.transport, cluster.jwt_key_file, cluster.sync_interval_s) == (
+        "rest", JWT_KEY, 5,
+    )  # fmt: skip
+    assert ClusterChange.objects.get().changed_by == "admin"
+
+
+def test_the_page_refuses_bad_input_next_to_each_field_and_stores_nothing(client, admin_user):
+    client.login(username="admin", password=PASSWORD)
+    response = client.post(
+        "/clusters/new/",
+        {"name": "A100", "transport": "rest", "fleet": "simulated", "sync_interval_s": "1e309"},
+    )
+    assert response.status_code == 400 and not Cluster.objects.exists()
+    response = client.post(
+        "/clusters/new/",
+        {"name": "a100", "transport": "rest", "jwt_key_file": "c2VjcmV0", "fleet": "slurm-spares",
+         "sync_interval_s": "2"},
+    )  # fmt: skip
+    page = response.content.decode()
+    assert response.status_code == 400 and not Cluster.objects.exists()
+    assert "slurmrestd needs its URL" in page and "never as the key itself" in page
+
+
+def test_editing_the_environments_cluster_on_the_page_moves_it_into_the_table(client, admin_user):
+    Cluster.objects.create(name="lab")
+    client.login(username="admin", password=PASSWORD)
+    page = client.get("/clusters/lab/edit/").content.decode()
+    assert 'id="from-environment"' in page
+    response = client.post(
+        "/clusters/lab/edit/",
+        {"transport": "simulated", "fleet": "simulated", "sync_interval_s": "3"},
+    )
+    assert response.status_code == 302
+    cluster = Cluster.objects.get()
+    assert not cluster.from_environment and not cluster.enabled  # the box was left unticked
+    assert cluster.sync_interval_s == 3
+    history = client.get("/clusters/lab/edit/").content.decode()
+    assert "from_environment True → False" in history
+
+
+def test_editing_a_missing_cluster_is_a_404(client, admin_user):
+    client.login(username="admin", password=PASSWORD)
+    assert client.get("/clusters/nope/edit/").status_code == 404

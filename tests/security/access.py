@@ -101,6 +101,8 @@ ACCESS: dict[str, Access] = {
     "node-repair": page(post=ADMINS),
     "partition-edits": page(get=ADMINS, post=ADMINS),
     "cluster-list": page(get=ADMINS),
+    "cluster-new": page(get=ADMINS, post=ADMINS),
+    "cluster-edit": page(get=ADMINS, post=ADMINS),
     # Reports.
     "reports": page(get=MANAGERS),
     "report": page(get=MANAGERS),

@@ -90,6 +90,7 @@ Filler = Callable[[object], object]
 PARAMS: dict[str, Filler] = {
     "name": lambda world: world.node.name,
     "slurm_id": lambda world: world.job.slurm_id,
+    "cluster": lambda world: world.node.cluster.name,
     "code": lambda world: 79,
     "template_id": lambda world: world.template.pk,
     "format": lambda world: "json",
