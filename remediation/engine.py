@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 
 from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend, FleetProvider
+from clusters.models import Cluster
 from core import live
 from health.validation import validate_node
 from remediation import services
@@ -88,11 +89,20 @@ class Engine:
 
     @property
     def backend(self) -> ClusterBackend:
+        """The environment's cluster's backend (or the one this engine was given)."""
         return self._backend or registry.get_backend()
 
     @property
     def fleet(self) -> FleetProvider:
         return self._fleet or registry.get_fleet()
+
+    def backend_for(self, cluster: Cluster) -> ClusterBackend:
+        """The backend a run on CLUSTER acts through: the one this engine was given
+        (tests, benchmarks), else the cluster's own (the environment's, or its row's)."""
+        return self._backend or registry.backend_for(cluster)
+
+    def fleet_for(self, cluster: Cluster) -> FleetProvider:
+        return self._fleet or registry.fleet_for(cluster)
 
     # ------------------------------------------------------------- the loop
     def run_once(self) -> int:
@@ -165,7 +175,7 @@ class Engine:
             pk = self._claim_conditional()
         if pk is None:
             return None
-        return Remediation.objects.select_related("node").get(pk=pk)
+        return Remediation.objects.select_related("node__cluster").get(pk=pk)
 
     def _claim_again(self, run: Remediation) -> Remediation | None:
         """The run this worker just advanced, leased again if its next step is due now.
@@ -175,7 +185,7 @@ class Engine:
         """
         if not self.due().filter(pk=run.pk).update(**self._lease_values()):
             return None
-        return Remediation.objects.select_related("node").get(pk=run.pk)
+        return Remediation.objects.select_related("node__cluster").get(pk=run.pk)
 
     def _lease_values(self) -> dict:
         return {"claimed_by": self.worker, "claimed_until": timezone.now() + self.lease}
@@ -215,8 +225,8 @@ class Engine:
 
     def _context(self, run: Remediation, row: RemediationStep | None) -> StepContext:
         return StepContext(
-            backend=self.backend,
-            fleet=self.fleet,
+            backend=self.backend_for(run.node.cluster),
+            fleet=self.fleet_for(run.node.cluster),
             validator=self.validator,
             now=timezone.now(),
             context=dict(run.context),
