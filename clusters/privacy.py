@@ -61,9 +61,10 @@ def private_data_for(cluster_ids: list[int]) -> dict[int, frozenset[str]]:
     for pk in cluster_ids:
         kinds = cached.get(cache_key(pk))
         if kinds is None:
-            from clusters.backends.registry import get_backend
+            from clusters.backends.registry import backend_for
+            from clusters.models import Cluster
 
-            result[pk] = remember_private_data(pk, get_backend())
+            result[pk] = remember_private_data(pk, backend_for(Cluster.objects.get(pk=pk)))
         else:
             result[pk] = frozenset(kinds)
     return result

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from clusters.backends.base import BackendError, JobFileError, JobOutputPaths
 from clusters.backends.job_files import expand_output_pattern
-from clusters.backends.registry import get_backend
+from clusters.backends.registry import backend_for
 
 STREAMS = {"stdout": "Output", "stderr": "Errors"}
 PAGE_TAIL_BYTES = 64 * 1024
@@ -49,7 +49,7 @@ def read_stream(job, stream: str, *, max_bytes: int = PAGE_TAIL_BYTES, backend=N
     """The last MAX_BYTES of the job's STREAM ("stdout" or "stderr")."""
     if stream not in STREAMS:
         raise ValueError(f"unknown stream {stream!r}")
-    backend = backend or get_backend()
+    backend = backend or backend_for(job.cluster)
     paths, problem = output_paths(job, backend)
     if paths is None:
         return StreamTail(stream, problem=problem, problem_kind=JobFileError.FAILED)

@@ -237,7 +237,7 @@ def cancel_job(user, job: Job) -> Job:
     if not job.is_active:
         raise JobNotActive(f"Job {job.slurm_id} has already ended ({job.state}).")
     try:
-        registry.get_backend().cancel_job(job.slurm_id)
+        registry.backend_for(job.cluster).cancel_job(job.slurm_id)
     except BackendError as error:
         if error.permanent:
             raise JobNotActive(error.message) from error
