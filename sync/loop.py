@@ -171,7 +171,8 @@ class SyncLoop:
                 close_old_connections()
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run_forever, name="slurm-sync", daemon=True)
+        name = f"slurm-sync-{self.cluster.name}"
+        thread = threading.Thread(target=self.run_forever, name=name, daemon=True)
         thread.start()
         return thread
 

@@ -96,3 +96,42 @@ def test_serve_runs_a_remediation_engine_beside_the_server_unless_told_not_to(db
     call_command("serve", "--no-sync", "--no-engine", stdout=StringIO())
     assert engines == ["serve-8124"]
     assert "Remediation engine running in this process" in out.getvalue()
+
+
+def test_serve_runs_one_sync_loop_per_enabled_cluster_of_the_table(db, settings, monkeypatch):
+    settings.MEDBAY_BACKEND = "simulated"  # the environment's cluster is not synced by serve
+    for name, interval in (("a100", "5"), ("h100", "3"), ("old", "2")):
+        call_command("cluster", "add", name, "--sync-interval", interval, stdout=StringIO())
+    call_command("cluster", "disable", "old", stdout=StringIO())
+    started = []
+    monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
+    monkeypatch.setattr("portal.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("portal.management.commands.serve.start_engine", lambda worker: None)
+    out = StringIO()
+    try:
+        call_command("serve", stdout=out)
+        call_command("serve", "--no-sync", stdout=StringIO())
+    finally:
+        registry.use(None)
+    assert [(loop.cluster.name, loop.interval_s) for loop in started] == [("a100", 5), ("h100", 3)]
+    assert started[0].backend is not started[1].backend
+    assert "Syncing cluster a100 every 5s" in out.getvalue()
+
+
+def test_serve_syncs_the_environments_cluster_moved_into_the_table_once(
+    backend, settings, monkeypatch
+):
+    slurm, _ = backend
+    registry.use(slurm)
+    settings.MEDBAY_BACKEND = "slurm"
+    call_command("cluster", "add", "lab", stdout=StringIO())  # Slurm's ClusterName
+    started = []
+    monkeypatch.setattr(SyncLoop, "start", lambda loop: started.append(loop))
+    monkeypatch.setattr("portal.management.commands.serve.serve", lambda host, port: None)
+    monkeypatch.setattr("portal.management.commands.serve.start_engine", lambda worker: None)
+    try:
+        call_command("serve", stdout=StringIO())
+        assert [loop.cluster.name for loop in started] == ["lab"]
+        assert started[0].backend is not slurm  # its row's backend, not the environment's
+    finally:
+        registry.use(None)

@@ -14,6 +14,9 @@ import argparse
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from clusters.backends import registry
+from clusters.backends.base import BackendError
+from clusters.models import Cluster
 from portal.server import parse_addr, serve, start_engine
 from sync.loop import SyncLoop, cluster_to_sync
 
@@ -33,24 +36,41 @@ class Command(BaseCommand):
             "--sync",
             action=argparse.BooleanOptionalAction,
             default=None,
-            help="run the Slurm sync loop in this process (default: on when MEDBAY_BACKEND=slurm)",
+            help="run the Slurm sync loops in this process: the environment's cluster's "
+            "(default: on when MEDBAY_BACKEND=slurm) and each enabled cluster of the table's "
+            "(default: on)",
         )
 
     def handle(self, *args, **options):
         host, port = parse_addr(options["addr"])
-        sync = options["sync"]
-        if sync is None:
-            sync = settings.MEDBAY_BACKEND == "slurm"
-        if sync:
-            cluster, backend = cluster_to_sync()
-            if cluster.enabled:
-                interval = cluster.config().sync_interval_s
-                SyncLoop(cluster, backend, interval_s=interval).start()
-                self.stdout.write(f"Syncing cluster {cluster.name} every {interval:g}s")
-            else:
-                self.stdout.write(f"Cluster {cluster.name} is disabled: not syncing it")
+        if options["sync"] is not False:
+            self._start_syncs(environment=options["sync"] or settings.MEDBAY_BACKEND == "slurm")
         if options["engine"]:
             start_engine(f"serve-{port}")
             self.stdout.write("Remediation engine running in this process")
         self.stdout.write(self.style.SUCCESS(f"Medbay at http://{host}:{port}/"))
         serve(host, port)
+
+    def _start_syncs(self, *, environment: bool) -> None:
+        """A sync loop per enabled cluster, each on its own thread, so that one
+        cluster's slow or unreachable controller only delays its own polls."""
+        table = list(Cluster.objects.filter(from_environment=False, enabled=True).order_by("name"))
+        loops = []
+        if environment:
+            cluster, backend = cluster_to_sync()
+            if not cluster.enabled:
+                self.stdout.write(f"Cluster {cluster.name} is disabled: not syncing it")
+            elif cluster not in table:  # else it was moved into the table: synced below
+                loops.append(
+                    SyncLoop(cluster, backend, interval_s=cluster.config().sync_interval_s)
+                )
+        for cluster in table:
+            try:
+                backend = registry.backend_for(cluster)
+            except (BackendError, ValueError) as error:  # its row is wrong: the others go on
+                self.stderr.write(f"Not syncing cluster {cluster.name}: {error}")
+                continue
+            loops.append(SyncLoop(cluster, backend, interval_s=cluster.sync_interval_s))
+        for loop in loops:
+            loop.start()
+            self.stdout.write(f"Syncing cluster {loop.cluster.name} every {loop.interval_s:g}s")
