@@ -299,10 +299,12 @@ class ClusterChange(models.Model):
         return f"{self.cluster_id} changed by {self.changed_by} at {self.changed_at:%Y-%m-%d %H:%M}"
 
     def changed_fields(self) -> list[tuple[str, object, object]]:
-        """(field, before, after) for each value that differs; before is None when added."""
+        """(field, before, after) for each value that differs; before is None when added,
+        and then the fields left empty are not listed."""
         names = sorted(set(self.before) | set(self.after))  # jsonb keeps no key order
         return [
             (name, self.before.get(name), self.after.get(name))
             for name in names
             if self.before.get(name) != self.after.get(name)
+            and (self.before or self.after.get(name) != "")
         ]
