@@ -101,7 +101,8 @@ def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
     script = render_sbatch(params)
     submission = JobSubmission(script=script, user=unix_user, workdir=params.workdir)
     try:
-        slurm_id = registry.get_backend().submit_job(submission)
+        # The job is recorded under current_cluster(): submit it to that cluster too.
+        slurm_id = registry.backend_for(current_cluster()).submit_job(submission)
     except BackendError as error:
         logger.warning("sbatch refused a job for %s: %s", unix_user, error.message)
         raise SubmissionFailed(error.message, permanent=error.permanent) from error

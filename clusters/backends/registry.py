@@ -27,6 +27,7 @@ _fleet: FleetProvider | None = None
 
 
 class _Built(NamedTuple):
+    name: str
     config: ClusterConfig
     backend: ClusterBackend
     fleet: FleetProvider
@@ -83,9 +84,10 @@ def _built_for(cluster: Cluster) -> _Built:
     config = replace(cluster.config(), sync_interval_s=0.0)
     with _lock:
         built = _per_cluster.get(cluster.pk)
-        if built is None or built.config != config:
+        # The name too: a test database hands the same pk to another cluster.
+        if built is None or built.config != config or built.name != cluster.name:
             backend = _backend_from(config)
-            built = _Built(config, backend, _fleet_from(config, backend))
+            built = _Built(cluster.name, config, backend, _fleet_from(config, backend))
             _per_cluster[cluster.pk] = built
         return built
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from clusters.backends import registry
 from clusters.backends.base import JobSubmission
 from clusters.config import ClusterConfig
-from clusters.configure import add_cluster
+from clusters.configure import add_cluster, edit_cluster
 from jobs.models import Job
 from jobs.services import cancel_job
 from sync.cycle import apply_snapshot
@@ -30,3 +30,18 @@ def test_cancelling_a_job_of_a_configured_cluster_cancels_it_there_and_nowhere_e
 
     assert second_sim.job(job_id).state == "CANCELLED"
     assert sim.job(job_id).state != "CANCELLED"
+
+
+def test_a_job_is_submitted_to_the_cluster_it_is_recorded_under(
+    researcher, cluster, submit_as, submissions
+):
+    # The job form's cluster, moved into the table: its own simulator, not the process's.
+    edit_cluster(cluster.name, by="test")
+    cluster.refresh_from_db()
+    own = registry.backend_for(cluster)
+
+    job_id = submit_as(researcher)
+
+    assert submissions == []  # nothing reached the environment's simulator
+    assert own.job(job_id) is not None
+    assert Job.objects.get(slurm_id=job_id).cluster == cluster
