@@ -5,7 +5,10 @@ from clusters.models import Cluster, Node, NodePool, Partition
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    list_display = ["name", "backend", "controller_up", "last_sync_at"]
+    list_display = [
+        "name", "enabled", "from_environment", "transport", "fleet", "controller_up",
+        "last_sync_at",
+    ]  # fmt: skip
 
 
 @admin.register(Partition)
