@@ -342,7 +342,12 @@ def page_objects(cluster, sim, command) -> dict:
             "split_by": "e2e",
         },
     )
-    return {"template": template.pk, "policy": policy.pk, "fault_group": group.pk}
+    return {
+        "template": template.pk,
+        "policy": policy.pk,
+        "fault_group": group.pk,
+        "cluster": cluster.name,
+    }
 
 
 COMMANDS = {

@@ -70,7 +70,9 @@ def objects(portal):
 def pages_for(role: str, objects: dict) -> list[str]:
     """Every path ROLE may GET by the access table, with the portal's objects in it."""
     world = SimpleNamespace(
-        node=SimpleNamespace(name=objects["node"]),
+        node=SimpleNamespace(
+            name=objects["node"], cluster=SimpleNamespace(name=objects["cluster"])
+        ),
         job=SimpleNamespace(slurm_id=objects["job"]),
         template=SimpleNamespace(pk=objects["template"]),
         remediation=SimpleNamespace(pk=objects["run"]),
