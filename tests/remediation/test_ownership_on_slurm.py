@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from django.utils import timezone
 
+from clusters.backends.base import JobSubmission
 from clusters.backends.slurm_spares import SlurmSparesFleet
 from clusters.models import Cluster, Node, Partition
 from remediation import actions
@@ -25,6 +26,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slurm_versions, pytest.mark.django_
 
 ADMIN_REASON = "medbay-test: maint PSU swap"
 NODES = ("gpu-02", "gpu-03", "gpu-04", "gpu-05", "gpu-06")
+
+
+JOB_ON_GPU_04 = """#!/bin/bash
+#SBATCH --job-name=medbay-test-restart-me
+#SBATCH --output=/dev/null
+#SBATCH --partition=train
+#SBATCH --nodelist=gpu-04
+#SBATCH --gres=gpu:8
+sleep 600
+"""
 
 
 @pytest.fixture
@@ -115,6 +126,10 @@ def test_an_xid_48_after_a_pending_xid_31_run_escalates(
     slurm, world, admin_user, django_capture_on_commit_callbacks
 ):
     cluster, engine = world
+    # A job to restart: an XID 31 on a node running none starts no run at all.
+    job = slurm.submit_job(JobSubmission(script=JOB_ON_GPU_04, user="bob"))
+    wait_for(lambda: slurm.job(job).state == "RUNNING", 30, "bob's job on gpu-04")
+    sync_once(cluster, slurm)
     with django_capture_on_commit_callbacks(execute=True):
         ingest_xid("gpu-04", 31, gpu=1)
     milder = Remediation.objects.get(node__name="gpu-04")
