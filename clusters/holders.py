@@ -77,15 +77,19 @@ def is_medbays(reason: str) -> bool:
     return own.startswith("medbay:") and bool(MEDBAY_RUN.search(own))
 
 
+def run_named(reason: str) -> int | None:
+    """The run a reason of Medbay's names (`… [run 12] | held: …` -> 12), else None."""
+    found = MEDBAY_RUN.search(reason.split(HELD_SEPARATOR, 1)[0])
+    return int(found.group(1)) if found else None
+
+
 def holders(info: NodeInfo | None) -> list[Holder]:
     """Everyone holding the node out of service, Medbay included; [] when in service."""
     if not out_of_service(info) or not info.reason:
         return []
     if is_medbays(info.reason):
         own, _, others = info.reason.partition(HELD_SEPARATOR)
-        run = MEDBAY_RUN.search(own)
-        run_id = int(run.group(1)) if run else None
-        medbay = Holder("medbay", "Medbay", own, info.reason_set_at, run_id)
+        medbay = Holder("medbay", "Medbay", own, info.reason_set_at, run_named(own))
         appended = [Holder(_kind_of(text), "", text) for text in others.split("; ") if text]
         return [medbay, *appended]
     kind = _kind_of(info.reason)

@@ -14,16 +14,21 @@ logger = logging.getLogger(__name__)
 KEY = "medbay:counter:{name}"
 
 
-def add(name: str, delta: int = 1) -> None:
-    key = KEY.format(name=name)
+def incr(key: str, delta: int = 1) -> None:
+    """Add DELTA to the cache's KEY, creating it at 0 on first use; raises what the cache
+    raises."""
     try:
-        try:
-            cache.incr(key, delta)
-        except ValueError:
-            # First use: add() is atomic, so of two racing processes one creates the
-            # key and both increments land.
-            cache.add(key, 0, timeout=None)
-            cache.incr(key, delta)
+        cache.incr(key, delta)
+    except ValueError:
+        # First use: add() is atomic, so of two racing processes one creates the
+        # key and both increments land.
+        cache.add(key, 0, timeout=None)
+        cache.incr(key, delta)
+
+
+def add(name: str, delta: int = 1) -> None:
+    try:
+        incr(KEY.format(name=name), delta)
     except Exception:  # the cache is down: a lost count, never a failed caller
         logger.warning("Counter %s not counted: no cache", name, exc_info=True)
 

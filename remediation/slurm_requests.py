@@ -31,7 +31,6 @@ from django.utils import timezone
 
 from clusters import holders
 from clusters.backends.base import BackendError, ClusterBackend, NodeInfo
-from clusters.backends.slurm_spares import SPARE_PARTITION
 from clusters.models import Cluster, Node
 from jobs.models import JobState, JobStateChange
 from remediation import safety, services
@@ -46,6 +45,7 @@ from remediation.models import (
     Trigger,
 )
 from remediation.plans import plan_for
+from remediation.steps.hardware import serves_no_pool
 from remediation.transitions import ACTIVE, TERMINAL, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def _take(node: Node, info: NodeInfo, request: Request) -> SlurmRequest | None:
     try:
         with transaction.atomic():
             row.save()
-            refusal = _refusal(node, meaning)
+            refusal = _refusal(node, info, meaning)
             if refusal:
                 row.refusal = refusal[:255]
                 row.save(update_fields=["refusal"])
@@ -205,22 +205,17 @@ def _take(node: Node, info: NodeInfo, request: Request) -> SlurmRequest | None:
     return row
 
 
-def _refusal(node: Node, meaning: Meaning | None) -> str:
+def _refusal(node: Node, info: NodeInfo, meaning: Meaning | None) -> str:
     if meaning is None:
         known = ", ".join(m.word for m in request_words().values())
         return f"unknown request word; Medbay knows {known}"
-    if meaning.action == Action.REPLACE and _serves_no_pool(node):
+    if meaning.action == Action.REPLACE and serves_no_pool(info):
         return f"{node.name} is a spare, in no pool in service: nothing to replace"
     if meaning.mode == Mode.AUTOMATIC and meaning.action in safety.DRAINING_ACTIONS:
         blocked = safety.breaker_blocks(node)
         if blocked:
             return f"circuit breaker open: {blocked}"
     return ""
-
-
-def _serves_no_pool(node: Node) -> bool:
-    partitions = [p for p in node.partition_names.split(",") if p]
-    return not [p for p in partitions if p != SPARE_PARTITION]
 
 
 def _start(node: Node, row: SlurmRequest, meaning: Meaning, info: NodeInfo):
@@ -349,8 +344,7 @@ def _withdrawn(run: Remediation, info: NodeInfo | None) -> str:
     if not holders.out_of_service(info):
         return f"request withdrawn in Slurm: {info.name} was resumed before the run acted"
     reason = " ".join(info.reason.split())
-    own = holders.MEDBAY_RUN.search(reason.split(holders.HELD_SEPARATOR, 1)[0])
-    if reason == request.get("text") or (own and int(own.group(1)) == run.pk):
+    if reason == request.get("text") or holders.run_named(reason) == run.pk:
         return ""
     by = f" by {info.reason_set_by}" if info.reason_set_by else ""
     return (
@@ -421,8 +415,7 @@ def _still_ours(row: SlurmRequest, info: NodeInfo) -> bool:
     if reason == row.text or (row.answer and reason == row.answer):
         return True
     if row.run_id is not None:
-        own = holders.MEDBAY_RUN.search(reason.split(holders.HELD_SEPARATOR, 1)[0])
-        return reason.startswith(ANSWER_PREFIX) and bool(own) and int(own.group(1)) == row.run_id
+        return reason.startswith(ANSWER_PREFIX) and holders.run_named(reason) == row.run_id
     return False
 
 

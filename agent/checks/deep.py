@@ -29,8 +29,8 @@ LINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.+?)\s*$")
 OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
 AVG_BUS_BANDWIDTH = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.]+)")
 MEMORY_PATTERN = bytes(range(256))
-# Medbay holds a node for its checks in a maintenance reservation of this name
-# (clusters.backends.capabilities.CHECK_HOLD_PREFIX; the agent imports no Django app).
+# Medbay holds a node for its checks in a maintenance reservation of this name; the
+# portal reads it from here (clusters.backends.capabilities.CHECK_HOLD_PREFIX).
 HOLD_PREFIX = "medbay-check-"
 HOLD_START = re.compile(r"ReservationName=(\S+)\s.*?StartTime=(\S+)")
 # The one check event that says the node passed (or failed) its deep checks as a whole:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from agent.checks.deep import HOLD_PREFIX
+
 if TYPE_CHECKING:  # base.py imports this module: no arrow back
     from clusters.backends.base import NodeInfo
 
@@ -92,8 +94,9 @@ class ReportsFleetHolders(Protocol):
     def holders(self, node: str) -> list[str]: ...
 
 
-# Medbay's maintenance reservations are named this, then the node: `medbay-check-gpu-03`.
-CHECK_HOLD_PREFIX = "medbay-check-"
+# Medbay's maintenance reservations are named this, then the node: `medbay-check-gpu-03`
+# (the node agent looks for the same name, and owns it: it imports no app).
+CHECK_HOLD_PREFIX = HOLD_PREFIX
 
 
 @runtime_checkable

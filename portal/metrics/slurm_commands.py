@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from clusters.backends.slurm_cli import SLURM_TOOLS
+from core import counters
 from portal.metrics.families import bound
 
 logger = logging.getLogger(__name__)
@@ -31,20 +32,10 @@ def record_slurm_command(tool: str, seconds: float, failed: bool) -> None:
     bucket = next(
         (i for i, upper in enumerate(SLURM_BUCKETS_S) if seconds <= upper), len(SLURM_BUCKETS_S)
     )
-    _incr(SLURM_KEY.format(tool=tool, field=f"b{bucket}"))
-    _incr(SLURM_KEY.format(tool=tool, field="sum_us"), round(seconds * 1_000_000))
+    counters.incr(SLURM_KEY.format(tool=tool, field=f"b{bucket}"))
+    counters.incr(SLURM_KEY.format(tool=tool, field="sum_us"), round(seconds * 1_000_000))
     if failed:
-        _incr(SLURM_KEY.format(tool=tool, field="errors"))
-
-
-def _incr(key: str, delta: int = 1) -> None:
-    try:
-        cache.incr(key, delta)
-    except ValueError:
-        # First use: add() is atomic, so of two racing processes one creates the
-        # key and both increments land.
-        cache.add(key, 0, timeout=None)
-        cache.incr(key, delta)
+        counters.incr(SLURM_KEY.format(tool=tool, field="errors"))
 
 
 class SlurmCommandCollector(Collector):

@@ -56,7 +56,7 @@ SPARE_RECHECK_S = 2.0
 def check_eligibility(run, ctx):
     if ctx.context.get("replacement"):
         return skipped(f"already replaced by {ctx.context['replacement']}")
-    if _serves_no_pool(ctx.node(run.node.name)):
+    if serves_no_pool(ctx.node(run.node.name)):
         return skipped(f"{run.node.name} is a spare, in no pool in service: nothing to replace")
     automatic = run.trigger != Trigger.ADMIN
     if automatic:
@@ -99,7 +99,7 @@ def _no_spare(run, choice: spares.SpareChoice, *, rejected: str = ""):
     )
 
 
-def _serves_no_pool(info) -> bool:
+def serves_no_pool(info) -> bool:
     """In the spare partition or in none: a node with nothing to hand over to a spare."""
     return info is not None and not [p for p in info.partitions if p != SPARE_PARTITION]
 
@@ -124,7 +124,7 @@ def replace(run, ctx):
     info = ctx.node(run.node.name)
     if info is None:
         return failed(f"{run.node.name} is not known to the cluster any more")
-    if _serves_no_pool(info):
+    if serves_no_pool(info):
         return _spare_to_repair(run, ctx, info)
     free = ctx.fleet.spare_capacity()
     choice = spares.choose(run.node.cluster_id, free, exclude=[run.node.name])
@@ -156,8 +156,7 @@ def _spare_to_repair(run, ctx, info):
     """A spare's own fault: there is nothing to hand over, so it stays drained (the
     run's drain step) and goes to repair, which keeps it from being offered."""
     reason = ownership.reason_for(run, ctx, info=info)
-    if "drain" not in info.flags or info.reason != reason:
-        ctx.backend.drain_node(run.node.name, reason)
+    _drain_unless_shown(ctx, info, reason)
     _send_to_repair(run, ctx, run.node.name, f"{run.reason} [run {run.pk}]")
     ctx.context["sent_to_repair"] = run.node.name
     return succeeded(
@@ -259,10 +258,8 @@ def _checks_failed(run, ctx, target: str, why: str):
     """TARGET failed its checks (or nothing may judge it): it stays out of service with
     the failing check in its reason (a reboot's `nextstate=resume` had put it back),
     its hold is let go, and the run asks an admin."""
-    info = ctx.node(target)
     reason = slurm_reason(run, f"{target} {why}")[: holders.REASON_MAX]
-    if info is not None and not ("drain" in info.flags and info.reason == reason):
-        ctx.backend.drain_node(target, reason)
+    _drain_unless_shown(ctx, ctx.node(target), reason)
     holds.release(ctx)
     return needs_attention(f"{target} {why}; then retry.")
 
@@ -321,9 +318,7 @@ def _reject_replacement(run, ctx, target: str, why: str):
     _send_to_repair(run, ctx, target, reason)
     done = _swap_made(ctx, target, pending["spares_before"], pending["partitions_before"])
     if not done:
-        info = ctx.node(target)
-        if info is not None and not ("drain" in info.flags and info.reason == reason):
-            ctx.backend.drain_node(target, reason)
+        _drain_unless_shown(ctx, ctx.node(target), reason)
         free = ctx.fleet.spare_capacity()
         choice = spares.choose(run.node.cluster_id, free, exclude=[run.node.name, *rejected])
         if not choice.offered:
@@ -342,6 +337,13 @@ def _reject_replacement(run, ctx, target: str, why: str):
         f"{done} takes its place",
         retry_after=timedelta(seconds=REJECTED_RECHECK_S),
     )
+
+
+def _drain_unless_shown(ctx, info, reason: str) -> None:
+    """Drain the node INFO describes with REASON, unless Slurm already shows exactly that
+    (a step run again after a crash) or no longer reports the node."""
+    if info is not None and not ("drain" in info.flags and info.reason == reason):
+        ctx.backend.drain_node(info.name, reason)
 
 
 def _not_ready(info, name: str) -> str:
