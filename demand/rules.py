@@ -321,16 +321,19 @@ class _Pools:
 
     @classmethod
     def count(cls, nodes: Sequence[NodeState]) -> _Pools:
-        pools = cls(nodes, *({pool: 0 for pool in Pool} for _ in range(4)))
+        size = {pool: 0 for pool in Pool}
+        serving, incoming, idle = dict(size), dict(size), dict(size)
         for node in nodes:
-            pools.size[node.moving_to or node.pool] += 1
-            if node.moving_to and node.moving_to != node.pool:
-                pools.incoming[node.moving_to] += 1
+            moving_to = node.moving_to
+            if moving_to is not None and moving_to != node.pool:
+                size[moving_to] += 1
+                incoming[moving_to] += 1
                 continue
-            pools.serving[node.pool] += 1
+            size[node.pool] += 1
+            serving[node.pool] += 1
             if not node.busy and not node.held_by:
-                pools.idle[node.pool] += 1
-        return pools
+                idle[node.pool] += 1
+        return cls(nodes, size, serving, incoming, idle)
 
 
 def decide(
@@ -566,29 +569,40 @@ class _Load:
 
 
 def _sustained(policy, snapshot, recent: list[RecentMove], now, *, above: bool) -> _Load:
-    """Whether the load stayed past the band's edge for the hysteresis. Only samples
-    taken since the inference pool last changed count: earlier ones measured a pool of
-    another size, and acting on them would move the same demand twice."""
+    """Whether the load stayed past the band's edge for the whole hysteresis, and the
+    level it held. The level is read only from samples taken since the inference pool
+    last changed size (a node arrived, or one left to drain for training): earlier
+    samples measured another pool, and sizing from them would move the same demand
+    twice. The hysteresis itself spans the change: a load still high after nodes
+    arrived is still high."""
     samples = snapshot.inference_load or ()
     if not samples:
         return _Load(False, False, None, 0.0, None)
     edge = policy.inference_target * (SCALE_UP_ABOVE if above else SCALE_DOWN_BELOW)
-    changed = max((m.done_at for m in recent if m.done_at and m.done_at <= now), default=None)
-
-    def past(value: float) -> bool:
-        return value > edge if above else value < edge
-
+    changed = _inference_changed_at(recent, now)
     run: list[Sample] = []
     for sample in reversed(samples):
-        if not past(sample.value) or (changed and sample.at < changed):
+        if not (sample.value > edge if above else sample.value < edge):
             break
         run.append(sample)
     latest = samples[-1].value
     if not run:
         return _Load(False, False, latest, 0.0, latest)
     held_for = (now - run[-1].at).total_seconds()
-    level = min(s.value for s in run) if above else max(s.value for s in run)
+    current = [s.value for s in run if changed is None or s.at >= changed] or [latest]
+    level = min(current) if above else max(current)
     return _Load(held_for >= policy.hysteresis_s, True, level, held_for, latest)
+
+
+def _inference_changed_at(recent: list[RecentMove], now: datetime) -> datetime | None:
+    """When the inference pool last changed what it serves with: a node arriving, or
+    one leaving (it stops serving as soon as it drains)."""
+    times = [
+        m.done_at if m.direction is Direction.TO_INFERENCE else m.at
+        for m in recent
+        if (m.done_at if m.direction is Direction.TO_INFERENCE else m.at)
+    ]
+    return max((t for t in times if t <= now), default=None)
 
 
 def _move(policy, pools: _Pools, direction, count, budget, now, rule, reason, evidence):

@@ -95,11 +95,25 @@ def test_one_dip_below_the_band_restarts_the_hysteresis():
     assert decision.rule == Rule.HOLD_HYSTERESIS
 
 
-def test_only_samples_since_the_pool_last_changed_count():
+def test_the_pool_is_sized_from_samples_taken_since_it_last_changed():
     arrived = RecentMove("train-09", Direction.TO_INFERENCE, NOW - timedelta(minutes=20),
-                         done_at=NOW - timedelta(minutes=5))  # fmt: skip
-    decision = decide(POLICY, snapshot(412), fleet(), [arrived], NOW)
-    assert decision.rule == Rule.HOLD_HYSTERESIS
+                         done_at=NOW - timedelta(minutes=3))  # fmt: skip
+    samples = tuple(Sample(412 if s.at < arrived.done_at else 270, s.at) for s in load(0))
+    state = replace(snapshot(), inference_load=samples)
+    decision = decide(POLICY, state, fleet(), [arrived], NOW)
+    # Still over the band after the arrival, so it moves (the arrival does not restart
+    # the hysteresis); sized from the 270 ms since, not 412: ceil(4 * 270 / 225) = 5.
+    assert decision.rule == Rule.INFERENCE_OVER_TARGET
+    assert len(decision.moves) == 1
+
+
+def test_a_node_leaving_inference_counts_as_a_change_from_the_moment_it_drains():
+    left = RecentMove("infer-09", Direction.TO_TRAINING, NOW - timedelta(minutes=2))
+    samples = tuple(Sample(150 if s.at < left.at else 100, s.at) for s in load(0))
+    state = replace(snapshot(), inference_load=samples, training=(queue(8, 3600),))
+    decision = decide(POLICY, state, fleet(0, 6), [left], NOW)
+    # Sized from the 100 ms since it left: ceil(6 * 100 / 225) = 3 needed, 3 spare.
+    assert len(decision.moves) == 3
 
 
 def test_nodes_already_on_their_way_count_against_what_inference_needs():
