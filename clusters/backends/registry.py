@@ -9,6 +9,7 @@ cluster configured in the table gets its own pair, built from its row by
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -96,11 +97,18 @@ def _backend_from(config: ClusterConfig) -> ClusterBackend:
     if config.transport == Transport.REST:
         from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
 
+        # The accounts Medbay reads and acts as are the site's, as for the environment's
+        # cluster: without MEDBAY_SLURM_JWT_USER a portal run as root could read nothing
+        # (no token is ever made for root), and without an operator actions stay on the CLI.
         return SlurmRestBackend(
             config.slurmrestd_url,
-            JwtAuth(key_path=config.jwt_key_file),
+            JwtAuth(
+                key_path=config.jwt_key_file,
+                token_user=os.environ.get("MEDBAY_SLURM_JWT_USER") or None,
+            ),
             slurm_conf=config.slurm_conf or None,
             min_uid=settings.MEDBAY_MIN_UID,
+            operator=os.environ.get("MEDBAY_SLURM_JWT_OPERATOR") or None,
         )
     if config.transport == Transport.CLI:
         from clusters.backends.slurm import SlurmBackend

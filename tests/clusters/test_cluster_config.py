@@ -251,6 +251,21 @@ def test_a_configured_cluster_gets_its_own_backend_built_from_its_row(db, clean_
     assert registry.backend_for(Cluster.objects.get(name="h100")) is backend  # cached
 
 
+def test_a_configured_rest_cluster_reads_and_acts_as_the_sites_slurm_accounts(
+    db, clean_registry, monkeypatch
+):
+    monkeypatch.setenv("MEDBAY_SLURM_JWT_USER", "medbay")
+    monkeypatch.setenv("MEDBAY_SLURM_JWT_OPERATOR", "slurmops")
+    a100 = add_cluster(
+        "a100",
+        ClusterConfig(transport="rest", slurmrestd_url="http://a100-head:6820",
+                      jwt_key_file=JWT_KEY, fleet="slurm-spares"),
+        by="test",
+    )  # fmt: skip
+    rest = registry.backend_for(a100)
+    assert (rest.reader, rest.operator) == ("medbay", "slurmops")
+
+
 def test_two_simulated_clusters_are_two_simulators_each_its_own_fleet(db, sim):
     one = add_cluster("one", ClusterConfig(), by="test")
     two = add_cluster("two", ClusterConfig(), by="test")
