@@ -202,10 +202,62 @@ EOF
     for folder in $(shared_folders | sort -u); do
         [ -d "$folder" ] && mkdir -p "$root$folder"
     done
+    write_other_cluster_script
     local tool
-    for tool in sinfo squeue scontrol sbatch scancel sacct sacctmgr sdiag srun salloc sstat \
-        sprio sshare sreport scrontrol munge unmunge slurmctld slurmd slurmdbd slurmrestd; do
+    for tool in munge unmunge slurmctld slurmd slurmdbd slurmrestd; do
         printf '#!/bin/sh\nexec %s/enter %s "$@"\n' "$BIN_DIR" "$tool" >"$BIN_DIR/$tool"
         chmod 755 "$BIN_DIR/$tool"
     done
+    # Client tools: this cluster's, unless SLURM_CONF names another cluster's slurm.conf
+    # (see write_other_cluster_script). MEDBAY_OTHER_CLUSTER marks a call already
+    # handed on once, so two spellings of one path can never hand it back and forth.
+    for tool in $CLIENT_TOOLS; do
+        cat >"$BIN_DIR/$tool" <<EOF
+#!/bin/sh
+if [ -n "\${SLURM_CONF:-}" ] && [ "\$SLURM_CONF" != "$SLURM_CONF_FILE" ] &&
+    [ -z "\${MEDBAY_OTHER_CLUSTER:-}" ]; then
+    exec $BIN_DIR/other-cluster $tool "\$@"
+fi
+exec $BIN_DIR/enter $tool "\$@"
+EOF
+        chmod 755 "$BIN_DIR/$tool"
+    done
+}
+
+CLIENT_TOOLS="sinfo squeue scontrol sbatch scancel sacct sacctmgr sdiag srun salloc sstat
+    sprio sshare sreport scrontrol"
+
+# $BIN_DIR/other-cluster TOOL ARGS...: runs TOOL of the cluster whose slurm.conf
+# SLURM_CONF names: the wrapper in that state folder's bin/ (another minicluster from a
+# Debian root), else the host's own (22.05). So one PATH serves several clusters of
+# different versions at once, as one portal syncing two clusters needs: each backend
+# sets its own SLURM_CONF and runs the tools by name.
+write_other_cluster_script() {
+    cat >"$BIN_DIR/other-cluster.new" <<'EOF'
+#!/bin/sh
+tool="$1"
+shift
+MEDBAY_OTHER_CLUSTER=1
+export MEDBAY_OTHER_CLUSTER
+case "$SLURM_CONF" in
+    */etc/slurm.conf) theirs="${SLURM_CONF%/etc/slurm.conf}/bin" ;;
+    *) theirs="" ;;
+esac
+if [ -n "$theirs" ] && [ -x "$theirs/enter" ] && [ -x "$theirs/$tool" ]; then
+    exec "$theirs/$tool" "$@"
+fi
+# The host's tool: PATH without any minicluster's bin folder.
+kept=""
+old_ifs="$IFS"
+IFS=:
+for folder in $PATH; do
+    [ -n "$folder" ] && [ ! -x "$folder/enter" ] && kept="${kept:+$kept:}$folder"
+done
+IFS="$old_ifs"
+PATH="$kept"
+export PATH
+exec "$tool" "$@"
+EOF
+    chmod 755 "$BIN_DIR/other-cluster.new"
+    mv "$BIN_DIR/other-cluster.new" "$BIN_DIR/other-cluster"
 }
