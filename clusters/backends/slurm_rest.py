@@ -25,8 +25,10 @@ any change it sends the whole list.
 
 Job submission goes through slurmrestd as the researcher: with the site's JWT key
 the backend mints a token for that one Unix user, valid for seconds, and submits
-with it; Slurm runs the job as that user. No runuser, no sudo, and no token for root
-or a system account is ever made: those are refused before anything reaches Slurm.
+with it; Slurm runs the job as that user. slurmrestd ignores the script's #SBATCH
+lines, so their options are sent as the job description's fields (sbatch_options.py).
+No runuser, no sudo, and no token for root or a system account is ever made: those
+are refused before anything reaches Slurm.
 Plain Python, like SlurmBackend: no Django import.
 """
 
@@ -54,6 +56,7 @@ from clusters.backends.base import (
     JobSubmission,
     NodeInfo,
 )
+from clusters.backends.sbatch_options import job_fields
 from clusters.backends.slurm import (
     RESUME_REFUSALS,
     SAFE_SIGNAL,
@@ -455,6 +458,9 @@ class SlurmRestBackend(SlurmBackend):
         environment = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "USER": user}
         environment.update(env_extra)
         job = {
+            # slurmrestd does not read the script's #SBATCH lines: their options go as
+            # fields. The folder is the caller's, as the CLI's `sbatch --chdir` has it.
+            **job_fields(submission.script),
             "script": submission.script,
             "current_working_directory": submission.workdir or home,
             "environment": [f"{key}={value}" for key, value in environment.items()],

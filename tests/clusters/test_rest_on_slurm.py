@@ -23,6 +23,7 @@ from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.backends.slurm_rest import JwtAuth, SlurmRestBackend
 from jobs.models import AccountingJob
+from jobs.sbatch import JobParams, render_sbatch
 from tests.plugins.slurm_cluster import TEST_REASON_PREFIX
 from tests.waiting import wait_for
 
@@ -87,6 +88,28 @@ def test_a_researchers_job_goes_through_slurmrestd_with_her_own_token_and_runs_a
     written = wait_for(lambda: uid_file.exists() and uid_file.read_text().strip(), 15, "its uid")
     assert int(written) == pwd.getpwnam("alice").pw_uid
     assert uid_file.stat().st_uid == pwd.getpwnam("alice").pw_uid
+
+
+def test_a_job_from_the_portals_form_keeps_its_sbatch_options_through_slurmrestd(
+    rest, slurm, shared_dir
+):
+    """slurmrestd does not read #SBATCH lines: the backend sends them as fields, so the
+    job runs as sbatch would run the same script (seen before: nameless, no GPU)."""
+    script = render_sbatch(
+        JobParams(
+            job_name="rest-options", partition="train", nodes=1, gpus_per_node=2,
+            cpus_per_task=2, mem="1G", time_limit=90, workdir=str(shared_dir),
+            output=f"{shared_dir}/out-%j.txt", template="custom", command="sleep 300",
+            auto_resume=True, checkpoint_dir=str(shared_dir),
+        )
+    )  # fmt: skip
+
+    job_id = rest.submit_job(JobSubmission(script=script, user="alice", workdir=str(shared_dir)))
+
+    job = wait_for(lambda: running(slurm, job_id), 15, "the job to run")
+    assert (job.name, job.partition, job.gpus, job.requeue) == ("rest-options", "train", 2, True)
+    assert job.time_limit_minutes == 90
+    assert wait_for(lambda: (shared_dir / f"out-{job_id}.txt").exists(), 15, "its output file")
 
 
 def test_no_token_is_ever_made_for_root_so_reads_as_root_are_refused_before_slurm(rest):
