@@ -38,7 +38,7 @@ from remediation.engine import Engine
 from remediation.models import Action, Remediation
 from remediation.transitions import RunStatus
 from sync.cycle import sync_once
-from sync.loop import SyncLoop
+from sync.loop import SyncLoop, slurm_identity
 from tests.conftest import PASSWORD
 from tests.plugins.cluster_state import bring_to_known_state, wait_until_registered
 from tests.plugins.slurm_cluster import (
@@ -248,6 +248,8 @@ def test_both_clusters_are_synced_into_one_portal_each_from_its_own_slurm(
 
     assert type(registry.backend_for(first)) is SlurmBackend
     assert type(registry.backend_for(second)) is SlurmRestBackend
+    for cluster in (first, second):  # each row is the cluster Slurm names so (up --name)
+        assert slurm_identity(registry.backend_for(cluster)).name == cluster.name
     assert first.slurm_version.startswith(minicluster["MEDBAY_SLURM_VERSION"])
     assert second.slurm_version.startswith("24.11")
     for cluster, backend in ((first, slurm), (second, second_slurm)):
