@@ -55,6 +55,9 @@ def edit_cluster(name: str, *, by: str, enabled: bool | None = None, **values) -
         raise ValueError(f"not configuration: {sorted(unknown)}")
     config = cluster.config().changed(**values).validate()
     also = {} if enabled is None else {"enabled": enabled}
+    if _reaches(config) != _reaches(cluster.config()) or cluster.from_environment:
+        # Maybe another Slurm now: its ClusterName is claimed afresh at the next sync.
+        also["slurm_cluster_name"] = ""
     return _save(cluster, by=by, from_environment=False, **asdict(config), **also)
 
 
@@ -79,6 +82,10 @@ def _save(cluster: Cluster, *, by: str, **values) -> Cluster:
         if after != before:
             ClusterChange.objects.create(cluster=cluster, before=before, after=after, changed_by=by)
     return cluster
+
+
+def _reaches(config: ClusterConfig) -> tuple:
+    return (config.transport, config.slurm_conf, config.slurmrestd_url)
 
 
 def _audited(cluster: Cluster) -> dict:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import models
 from django.utils import timezone
 
@@ -47,6 +49,11 @@ class GpuHealth(models.TextChoices):
     UNKNOWN = "unknown"
 
 
+def stale_after(interval_s: float) -> timedelta:
+    """How long without a sync reads as a hanging controller rather than a slow cycle."""
+    return timedelta(seconds=max(120.0, 10 * interval_s))
+
+
 class Cluster(models.Model):
     """A Slurm cluster (or the simulator) that Medbay watches and heals."""
 
@@ -84,9 +91,46 @@ class Cluster(models.Model):
     kubeconfig = models.CharField(max_length=512, blank=True)
     kube_context = models.CharField(max_length=128, blank=True)
     sync_interval_s = models.FloatField(default=2.0)
+    # The ClusterName its controller reported when first synced. Two rows whose
+    # controllers report the same name are one Slurm configured twice: the row that
+    # claimed it first keeps syncing, the other is refused (its sync_error says so).
+    slurm_cluster_name = models.CharField(max_length=64, blank=True)
+    # Why the last sync cycles failed, in words, and since when they fail; blank
+    # once a cycle succeeds. Each cluster's own, so one cluster's fault is shown on
+    # its own page and never stops another's sync.
+    sync_error = models.TextField(blank=True)
+    sync_error_since = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["slurm_cluster_name"],
+                condition=~models.Q(slurm_cluster_name=""),
+                name="one_row_per_slurm_cluster",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    def sync_problem(self, now: datetime | None = None) -> str:
+        """What is wrong with this cluster's sync, in words; "" when nothing is."""
+        if not self.enabled:
+            return ""
+        if self.sync_error:
+            since = timezone.localtime(self.sync_error_since).strftime("%Y-%m-%d %H:%M:%S")
+            return f"sync failing since {since}: {self.sync_error}"
+        interval = self.config().sync_interval_s
+        now = now or timezone.now()
+        # A controller that hangs fails its cycle only when the command times out; a
+        # cycle that never ends at all (or no sync running) shows as silence.
+        if self.last_sync_at and now - self.last_sync_at > stale_after(interval):
+            since = timezone.localtime(self.last_sync_at).strftime("%Y-%m-%d %H:%M:%S")
+            return (
+                f"no sync since {since} (it syncs every {interval:g}s): its controller "
+                "is not answering, or no sync is running for it"
+            )
+        return ""
 
     def config(self) -> ClusterConfig:
         """How to reach this cluster: from the environment, or from this row."""

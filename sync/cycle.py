@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,10 +16,12 @@ from django.utils import timezone
 
 from clusters import drift
 from clusters.backends.base import BackendError, ClusterBackend, JobInfo, NodeInfo, PartitionInfo
+from clusters.backends.capabilities import RunsSlurmCommands
 from clusters.live import publish_banner, publish_nodes
 from clusters.models import Cluster
 from jobs.live import publish_jobs
 from jobs.notifications import notify_jobs_finished
+from sync.identity import claim_slurm_name
 from sync.jobs import sync_jobs
 from sync.nodes import pools_by_partition, sync_nodes, sync_partitions
 
@@ -60,13 +63,24 @@ def read_snapshot(backend: ClusterBackend) -> Snapshot:
 
 
 def sync_once(cluster: Cluster, backend: ClusterBackend, *, actor: str = "slurm") -> SyncResult:
-    """Read the backend and reconcile; an outage is recorded and nothing else."""
+    """Read the backend and reconcile; an outage is recorded and nothing else.
+
+    Whatever stops the cycle (an outage, a refusal, a configuration Slurm cannot
+    read) is recorded on this cluster's row, in words, and no other's."""
     with collector_paused():
-        return _sync_once(cluster, backend, actor)
+        try:
+            result = _sync_once(cluster, backend, actor)
+        except BackendError as error:
+            record_sync_error(cluster, failure_words(backend, error))
+            raise
+    if not result.controller_up:
+        record_sync_error(cluster, f"Slurm controller unreachable: {result.error}")
+    return result
 
 
 def _sync_once(cluster: Cluster, backend: ClusterBackend, actor: str) -> SyncResult:
     try:
+        claim_slurm_name(cluster, backend)
         read_at = timezone.now()
         snapshot = read_snapshot(backend)
         generation = drift.controller_generation(backend)
@@ -116,6 +130,33 @@ def collector_paused():
             gc.enable()
 
 
+def record_sync_error(cluster: Cluster, message: str) -> None:
+    """This cluster's sync failed: why (the latest words) and since when (the first
+    failure in a row, kept while the failures go on)."""
+    now = timezone.now()
+    started = Cluster.objects.filter(pk=cluster.pk, sync_error_since__isnull=True).update(
+        sync_error=message, sync_error_since=now
+    )
+    if not started:
+        Cluster.objects.filter(pk=cluster.pk).exclude(sync_error=message).update(sync_error=message)
+    cluster.sync_error = message
+    cluster.sync_error_since = now if started else cluster.sync_error_since
+    if started:
+        transaction.on_commit(lambda: publish_banner(cluster.pk))
+
+
+def failure_words(backend: ClusterBackend, error: BackendError) -> str:
+    """ERROR with what usually causes it, where Slurm's own words do not say."""
+    if isinstance(backend, RunsSlurmCommands):
+        conf = backend.slurm_conf
+        if conf and not os.path.exists(conf):
+            return f"slurm.conf {conf} does not exist on this host ({error})"
+    text = str(error)
+    if text.startswith(("slurmrestd 401", "slurmrestd 403")):
+        return f"slurmrestd refused Medbay's JWT; check the cluster's JWT key file ({text})"
+    return text
+
+
 def record_outage(cluster: Cluster, message: str) -> None:
     now = timezone.now()
     changed = Cluster.objects.filter(pk=cluster.pk, controller_up=True).update(
@@ -147,9 +188,14 @@ def apply_snapshot(
         sync_jobs(cluster, jobs, node_rows, actor, now, result, read_at)
         came_back = not cluster.controller_up
         Cluster.objects.filter(pk=cluster.pk).update(
-            controller_up=True, controller_down_since=None, last_sync_at=now
+            controller_up=True,
+            controller_down_since=None,
+            last_sync_at=now,
+            sync_error="",
+            sync_error_since=None,
         )
         cluster.controller_up, cluster.controller_down_since = True, None
+        had_error, cluster.sync_error, cluster.sync_error_since = cluster.sync_error, "", None
         changed_nodes, changed_jobs = list(result.nodes_changed), list(result.jobs_changed)
         new_jobs = list(result.jobs_new)
         transaction.on_commit(lambda: publish_nodes(changed_nodes))
@@ -157,6 +203,6 @@ def apply_snapshot(
         if result.finished_after_restart:
             ended = list(result.finished_after_restart)
             transaction.on_commit(lambda: notify_jobs_finished(ended))
-        if came_back:
+        if came_back or had_error:
             transaction.on_commit(lambda: publish_banner(cluster.pk))
     return result

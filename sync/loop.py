@@ -3,66 +3,21 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
-from pathlib import Path
-from typing import NamedTuple
 
 from django.conf import settings
 from django.db import close_old_connections
 
 from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend
-from clusters.backends.capabilities import RunsSlurmCommands
 from clusters.models import Cluster
-from sync.cycle import SyncResult, sync_once
+from sync.cycle import SyncResult, record_sync_error, sync_once
+from sync.identity import slurm_identity
 
 logger = logging.getLogger("sync")
 
-DEFAULT_CLUSTER_NAME = "slurm"
 BACKOFF_FIRST_S = 2.0
 BACKOFF_MAX_S = 30.0
-CONFIG_VALUE = re.compile(r"^\s*(ClusterName|SLURM_VERSION)\s*=\s*(\S+)", re.MULTILINE)
-CONF_CLUSTER_NAME = re.compile(r"^\s*ClusterName\s*=\s*(\S+)", re.MULTILINE | re.IGNORECASE)
-VERSION_NUMBER = re.compile(r"\d+\.\d+(?:\.\d+)?")
-
-
-class SlurmIdentity(NamedTuple):
-    """The cluster's name and the installed Slurm version ("" when unknown)."""
-
-    name: str
-    version: str
-
-
-def slurm_identity(backend: ClusterBackend) -> SlurmIdentity:
-    """Name and version from `scontrol show config`; while the controller is
-    down, from slurm.conf and `sinfo --version`, which need no controller. A backend
-    that runs no Slurm commands (the simulator) is the default name, version unknown."""
-    if not isinstance(backend, RunsSlurmCommands):
-        return SlurmIdentity(DEFAULT_CLUSTER_NAME, "")
-    try:
-        values = dict(CONFIG_VALUE.findall(backend.run(["scontrol", "show", "config"])))
-    except BackendError:
-        values = {}
-    name = values.get("ClusterName") or _conf_cluster_name(backend) or DEFAULT_CLUSTER_NAME
-    return SlurmIdentity(name, values.get("SLURM_VERSION") or _installed_version(backend.run))
-
-
-def _conf_cluster_name(backend: RunsSlurmCommands) -> str:
-    path = Path(backend.slurm_conf or "/etc/slurm/slurm.conf")
-    try:
-        match = CONF_CLUSTER_NAME.search(path.read_text())
-    except OSError:
-        return ""
-    return match.group(1) if match else ""
-
-
-def _installed_version(run) -> str:
-    try:
-        match = VERSION_NUMBER.search(run(["sinfo", "--version"]))
-    except BackendError:
-        return ""
-    return match.group(0) if match else ""
 
 
 def ensure_cluster(backend: ClusterBackend, name: str | None = None) -> Cluster:
@@ -109,7 +64,7 @@ class SyncLoop:
     def __init__(
         self,
         cluster: Cluster,
-        backend: ClusterBackend,
+        backend: ClusterBackend | None,
         *,
         interval_s: float | None = None,
         actor: str = "slurm",
@@ -121,16 +76,24 @@ class SyncLoop:
         self.failures = 0
         self._stop = threading.Event()
 
+    @classmethod
+    def for_cluster(cls, cluster: Cluster, **options) -> SyncLoop:
+        """A loop for a table cluster whose backend is built at its first cycle: a
+        row that cannot be built (a JWT key path that is wrong) is then retried
+        and reported like any failing cycle, and the other clusters' loops go on."""
+        return cls(cluster, None, interval_s=cluster.sync_interval_s, **options)
+
     def cycle(self) -> float:
         """One reconciliation; returns how many seconds to wait before the next."""
         try:
-            result = sync_once(self.cluster, self.backend, actor=self.actor)
+            result = sync_once(self.cluster, self.connect(), actor=self.actor)
         except BackendError as error:
             # Slurm refused a read (bad output, a killed command): say what, no traceback.
             logger.error("Sync of cluster %s failed: %s", self.cluster.name, error)
             result = SyncResult(controller_up=False)
-        except Exception:  # a database hiccup must not end the loop either
+        except Exception as error:  # a database hiccup must not end the loop either
             logger.exception("Sync of cluster %s failed", self.cluster.name)
+            self._record(f"Medbay's sync failed: {type(error).__name__}: {error}")
             result = SyncResult(controller_up=False)
         if not result.controller_up:
             self.failures += 1
@@ -148,6 +111,23 @@ class SyncLoop:
         self.failures = 0
         self._log(result)
         return self.interval_s
+
+    def connect(self) -> ClusterBackend:
+        """The backend, built from the row at first use."""
+        if self.backend is None:
+            try:
+                self.backend = registry.backend_for(self.cluster)
+            except (BackendError, ValueError) as error:
+                message = f"Cannot set up the cluster's backend: {error}"
+                record_sync_error(self.cluster, message)
+                raise BackendError(message, permanent=True) from None
+        return self.backend
+
+    def _record(self, message: str) -> None:
+        try:
+            record_sync_error(self.cluster, message)
+        except Exception:  # the database itself is what failed: the log has it
+            logger.exception("Cannot record the sync error of %s", self.cluster.name)
 
     def _log(self, result: SyncResult) -> None:
         if result.restarts:

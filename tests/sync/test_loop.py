@@ -114,7 +114,7 @@ def test_serve_runs_one_sync_loop_per_enabled_cluster_of_the_table(db, settings,
     finally:
         registry.use(None)
     assert [(loop.cluster.name, loop.interval_s) for loop in started] == [("a100", 5), ("h100", 3)]
-    assert started[0].backend is not started[1].backend
+    assert started[0].connect() is not started[1].connect()
     assert "Syncing cluster a100 every 5s" in out.getvalue()
 
 
@@ -132,6 +132,6 @@ def test_serve_syncs_the_environments_cluster_moved_into_the_table_once(
     try:
         call_command("serve", stdout=StringIO())
         assert [loop.cluster.name for loop in started] == ["lab"]
-        assert started[0].backend is not slurm  # its row's backend, not the environment's
+        assert started[0].connect() is not slurm  # its row's backend, not the environment's
     finally:
         registry.use(None)

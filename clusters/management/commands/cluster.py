@@ -100,6 +100,9 @@ class Command(BaseCommand):
         for cluster in clusters:
             state = "enabled" if cluster.enabled else "disabled"
             self.stdout.write(f"{cluster.name}  {state}  {describe(cluster)}")
+            problem = cluster.sync_problem()
+            if problem:
+                self.stdout.write(f"  {problem}")
 
     def _warn_missing(self, cluster: Cluster) -> None:
         # Not an error: the sync may run on another host than this command.

@@ -14,8 +14,6 @@ import argparse
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from clusters.backends import registry
-from clusters.backends.base import BackendError
 from clusters.models import Cluster
 from portal.server import parse_addr, serve, start_engine
 from sync.loop import SyncLoop, cluster_to_sync
@@ -64,13 +62,9 @@ class Command(BaseCommand):
                 loops.append(
                     SyncLoop(cluster, backend, interval_s=cluster.config().sync_interval_s)
                 )
-        for cluster in table:
-            try:
-                backend = registry.backend_for(cluster)
-            except (BackendError, ValueError) as error:  # its row is wrong: the others go on
-                self.stderr.write(f"Not syncing cluster {cluster.name}: {error}")
-                continue
-            loops.append(SyncLoop(cluster, backend, interval_s=cluster.sync_interval_s))
+        # A row whose backend cannot be built is retried by its own loop, which
+        # records why on the row; the others go on.
+        loops += [SyncLoop.for_cluster(cluster) for cluster in table]
         for loop in loops:
             loop.start()
             self.stdout.write(f"Syncing cluster {loop.cluster.name} every {loop.interval_s:g}s")
