@@ -14,7 +14,12 @@ from health.node_tokens import revoke_node_token as revoke
 
 
 class IssueForm(forms.Form):
-    node = forms.CharField(max_length=64, error_messages={"required": "Choose a node."})
+    # "NODE", or "CLUSTER/NODE" where the page lists several clusters' nodes.
+    node = forms.CharField(max_length=130, error_messages={"required": "Choose a node."})
+
+    def node_and_cluster(self) -> tuple[str, str]:
+        cluster, _, node = self.cleaned_data["node"].rpartition("/")
+        return node, cluster
 
 
 @never_cache  # the answer to an issue holds the whole token
@@ -25,7 +30,8 @@ def agent_tokens(request):
     issued, raw, status = None, None, 200
     if form.is_valid():
         try:
-            issued, raw = issue_node_token(form.cleaned_data["node"], by=request.user)
+            node, cluster = form.node_and_cluster()
+            issued, raw = issue_node_token(node, cluster=cluster, by=request.user)
         except NodeTokenError as error:
             form.add_error("node", str(error))
     if form.errors:
@@ -34,6 +40,7 @@ def agent_tokens(request):
     context = {
         "form": form,
         "nodes": nodes,
+        "several_clusters": len({node.cluster_id for node in nodes}) > 1,
         "any_tokens": any(node.live_tokens for node in nodes),
         "issued": issued,
         "raw": raw,

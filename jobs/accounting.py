@@ -96,7 +96,7 @@ def import_accounting(
     result = ImportResult(since=start, until=until)
     while start < until:
         end = min(start + window, until)
-        records = backend.finished_jobs(start, end)
+        records = own_records(cluster, backend.finished_jobs(start, end))
         with transaction.atomic():
             matched = store_records(cluster, records)
             AccountingImport.objects.create(
@@ -109,6 +109,14 @@ def import_accounting(
             progress(result)
         start = end
     return result
+
+
+def own_records(cluster, records: Sequence[AccountingRecord]) -> list[AccountingRecord]:
+    """A slurmdbd that several clusters share may answer for all of them (slurmrestd's
+    jobs list does unless asked for one): only CLUSTER's own Slurm's records are its.
+    Before its first sync has claimed its ClusterName nothing can be told apart."""
+    name = cluster.slurm_cluster_name
+    return [record for record in records if not name or record.cluster.lower() in ("", name)]
 
 
 def store_records(cluster, records: Sequence[AccountingRecord]) -> int:

@@ -146,14 +146,29 @@ class Engine:
                 stop.wait(interval)
 
     def release_stranded_holds(self) -> list[str]:
-        """Maintenance holds no active run names (an engine killed mid-check) go."""
+        """Maintenance holds no active run names (an engine killed mid-check) go, in
+        each enabled cluster through its own backend; one cluster's unreachable
+        Slurm only postpones its own sweep."""
+        clusters = Cluster.objects.filter(enabled=True).order_by("name")
+        if self._backend is not None:  # given one backend: the environment's clusters only
+            clusters = clusters.filter(from_environment=True)
+        released = []
+        for cluster in clusters:
+            released += self._release_stranded(cluster)
+        return released
+
+    def _release_stranded(self, cluster: Cluster) -> list[str]:
         try:
-            released = holds.release_stranded(self.backend)
-        except BackendError as error:  # Slurm unreachable: the next sweep tries again
-            logger.warning("Could not look for stranded maintenance holds: %s", error.message)
+            released = holds.release_stranded(self.backend_for(cluster), cluster)
+        except (BackendError, ValueError) as error:  # the next sweep tries again
+            logger.warning(
+                "Could not look for stranded maintenance holds on %s: %s", cluster.name, error
+            )
             return []
         if released:
-            logger.warning("Released stranded maintenance holds on %s", ", ".join(released))
+            logger.warning(
+                "Released stranded maintenance holds on %s: %s", cluster.name, ", ".join(released)
+            )
         return released
 
     # ------------------------------------------------------------- claiming

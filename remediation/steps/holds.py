@@ -19,6 +19,7 @@ from remediation.models import Remediation
 from remediation.transitions import ACTIVE
 
 if TYPE_CHECKING:
+    from clusters.models import Cluster
     from remediation.steps import StepContext
 
 HOLD_KEY = "checks_hold"
@@ -51,18 +52,20 @@ def release(ctx: StepContext) -> str:
     return held
 
 
-def release_stranded(backend: ClusterBackend) -> list[str]:
-    """Delete the holds no active run names; returns the nodes let go."""
+def release_stranded(backend: ClusterBackend, cluster: Cluster | None = None) -> list[str]:
+    """Delete the holds of CLUSTER's Slurm that no active run on CLUSTER names; returns
+    the nodes let go. (Node names repeat across clusters: a run holding gpu-01 of one
+    cluster must neither keep nor lose another cluster's hold on its gpu-01.)"""
     if not isinstance(backend, HoldsNodesForChecks):
         return []
     held = backend.checks_holds()
     if not held:
         return []
+    active = Remediation.objects.filter(status__in=list(ACTIVE), context__has_key=HOLD_KEY)
+    if cluster is not None:
+        active = active.filter(node__cluster=cluster)
     claimed = {
-        (context or {}).get(HOLD_KEY)
-        for context in Remediation.objects.filter(
-            status__in=list(ACTIVE), context__has_key=HOLD_KEY
-        ).values_list("context", flat=True)
+        (context or {}).get(HOLD_KEY) for context in active.values_list("context", flat=True)
     }
     stranded = [node for node in held if node not in claimed]
     for node in stranded:

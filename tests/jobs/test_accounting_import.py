@@ -177,3 +177,20 @@ def test_the_simulator_offers_its_finished_jobs_as_accounting(sim, cluster):
     assert result.records > 0
     finished = {job.job_id for job in sim.jobs() if job.end_time is not None}
     assert set(AccountingJob.objects.values_list("slurm_id", flat=True)) <= finished
+
+
+def test_a_slurmdbd_shared_with_another_cluster_gives_each_cluster_only_its_own_jobs(db):
+    from dataclasses import replace
+
+    from clusters.models import Cluster
+
+    ours = Cluster.objects.create(name="ours", slurm_cluster_name="medbay")
+    theirs = Cluster.objects.create(name="theirs", slurm_cluster_name="other")
+    both = RECORDS + [replace(record, cluster="other", job_id=900 + i) for i, record in
+                      enumerate(RECORDS)]  # fmt: skip
+    import_accounting(ours, RecordedAccounting(both), since=DAY, until=NOW)
+    import_accounting(theirs, RecordedAccounting(both), since=DAY, until=NOW)
+    assert {job.slurm_id < 900 for job in AccountingJob.objects.filter(cluster=ours)} == {True}
+    assert {job.slurm_id >= 900 for job in AccountingJob.objects.filter(cluster=theirs)} == {True}
+    assert AccountingJob.objects.filter(cluster=ours).count() == 5
+    assert AccountingJob.objects.filter(cluster=theirs).count() == 5

@@ -13,10 +13,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from clusters.backends import registry
 from clusters.backends.base import BackendError
 from jobs.accounting import import_accounting, resume_point
-from sync.loop import ensure_cluster
+from sync.loop import cluster_to_sync
 
 
 def parse_since(text: str) -> datetime:
@@ -45,7 +44,10 @@ class Command(BaseCommand):
             "last import stopped, or a year back on the first run",
         )
         parser.add_argument(
-            "--cluster", help="cluster name (default: Slurm's ClusterName, else 'slurm')"
+            "--cluster",
+            help="a cluster from `manage.py cluster list`, read through its own configuration; "
+            "else the environment's cluster, under this name (default: Slurm's ClusterName, "
+            "else 'slurm')",
         )
 
     def handle(self, *args, **options):
@@ -53,8 +55,10 @@ class Command(BaseCommand):
         now = timezone.now()
         if since is not None and since >= now:
             raise CommandError("--since must be in the past")
-        backend = registry.get_backend()
-        cluster = ensure_cluster(backend, options["cluster"])
+        try:
+            cluster, backend = cluster_to_sync(options["cluster"])
+        except (BackendError, ValueError) as error:
+            raise CommandError(f"Cannot set up the backend of that cluster: {error}") from None
         start = since or resume_point(cluster)
         self.stdout.write(
             f"Importing accounting of cluster {cluster.name} "
