@@ -102,12 +102,15 @@ def can_submit(user) -> bool:
 
 
 def is_mapped_researcher_account(unix_user: str) -> bool:
-    """A portal researcher's own Unix account: a profile's, or a profileless username."""
+    """A portal researcher's own Unix account: a profile's, one of their clusters'
+    accounts, or a profileless username."""
     from django.contrib.auth import get_user_model
 
-    from jobs.models import ResearcherProfile
+    from jobs.models import ClusterAccount, ResearcherProfile
 
     if ResearcherProfile.objects.filter(unix_user=unix_user).exists():
+        return True
+    if ClusterAccount.objects.filter(unix_user=unix_user, user__is_active=True).exists():
         return True
     User = get_user_model()
     return (

@@ -68,6 +68,16 @@ def describe_limits(limits: dict) -> str:
 
 
 class JobForm(forms.Form):
+    # The clusters where the researcher has a Unix account, read when the form is bound.
+    cluster = forms.ChoiceField(
+        required=False,
+        help_text="the cluster to run on: one where you have a Unix account "
+        "(left out: the portal's default cluster)",
+        error_messages={
+            "invalid_choice": "You have no Unix account on cluster %(value)s, so Medbay cannot "
+            "submit there; an admin maps one for you."
+        },
+    )
     job_name = forms.CharField(max_length=64)
     partition = forms.ChoiceField()
     account = forms.CharField(max_length=64, required=False)
@@ -99,8 +109,18 @@ class JobForm(forms.Form):
     # Optional, as the API documents it: left out, it is "auto".
     auto_resume = forms.ChoiceField(choices=AUTO_RESUME_CHOICES, initial="auto", required=False)
 
-    def __init__(self, *args, cluster: Cluster | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        cluster: Cluster | None = None,
+        clusters: list[Cluster] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
+        self.clusters = clusters or ([cluster] if cluster else [])
+        self.fields["cluster"].choices = [(row.name, row.name) for row in self.clusters]
+        if cluster is not None:
+            self.fields["cluster"].initial = cluster.name
         self.limits = partition_limits(cluster)
         self.fields["partition"].choices = [
             (name, describe_limits(limits)) for name, limits in self.limits.items()
@@ -113,7 +133,13 @@ class JobForm(forms.Form):
             # A job on a GPU partition nearly always wants a GPU; 0 was a trap.
             self.fields["gpus_per_node"].initial = 1
         self.params: JobParams | None = None
-        self.rebind = lambda data: type(self)(data, cluster=cluster)
+        self.rebind = lambda data: type(self)(data, cluster=cluster, clusters=clusters)
+
+    def chosen_cluster(self) -> Cluster | None:
+        """The cluster the valid form submits to: the one chosen, else the first offered."""
+        name = self.cleaned_data.get("cluster")
+        default = self.clusters[0] if self.clusters else None
+        return next((row for row in self.clusters if row.name == name), default)
 
     def prefilled(self) -> JobForm:
         """This form bound to what it shows, to preview a form that opens filled in."""
@@ -253,8 +279,10 @@ class ResubmitForm(JobForm):
 
     def __init__(self, *args, owner: str | None = None, me: str = "", **kwargs):
         super().__init__(*args, **kwargs)
-        cluster = kwargs.get("cluster")
-        self.rebind = lambda data: type(self)(data, cluster=cluster, owner=owner, me=me)
+        cluster, clusters = kwargs.get("cluster"), kwargs.get("clusters")
+        self.rebind = lambda data: type(self)(
+            data, cluster=cluster, clusters=clusters, owner=owner, me=me
+        )
         if owner is None:
             del self.fields["run_as"]
             return

@@ -388,3 +388,30 @@ class AccountingImport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}: {self.since:%Y-%m-%d %H:%M} to {self.until:%Y-%m-%d %H:%M}"
+
+
+class ClusterAccount(models.Model):
+    """A researcher's Unix account on one cluster: where the job form lets them submit.
+
+    The environment's (default) cluster keeps using ResearcherProfile.unix_user, as
+    before several clusters; every other cluster needs a row here."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_accounts"
+    )
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    unix_user = models.CharField(max_length=32)
+    default_account = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "cluster"], name="one_account_per_cluster"),
+            # One Unix account is one person on a cluster, as ResearcherProfile keeps it.
+            models.UniqueConstraint(
+                fields=["cluster", "unix_user"], name="one_person_per_unix_account"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.unix_user} on {self.cluster}"

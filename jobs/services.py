@@ -19,6 +19,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, JobSubmission
 from clusters.models import Cluster
+from jobs import cluster_accounts
 from jobs.access import (
     HIDDEN,
     can_act_on_job,
@@ -26,7 +27,6 @@ from jobs.access import (
     owns,
     redact_token,
     run_as_refusal,
-    unix_user_for,
 )
 from jobs.forms import stored_params
 from jobs.live import poke_job_pages, publish_jobs
@@ -88,11 +88,19 @@ def current_cluster() -> Cluster:
     return cluster
 
 
-def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
-    """Submit `params` as the user's Unix account (or `run_as`); returns the Job row."""
+def submit_job(
+    user, params: JobParams, *, run_as: str | None = None, cluster: Cluster | None = None
+) -> Job:
+    """Submit `params` to CLUSTER (default: the default cluster) as the user's Unix
+    account there (or `run_as`); returns the Job row."""
     if not can_submit(user):
         raise PermissionDenied("Your role cannot submit jobs.")
-    unix_user = run_as or unix_user_for(user)
+    cluster = cluster or current_cluster()
+    unix_user = run_as or cluster_accounts.unix_user_on(user, cluster)
+    if unix_user is None:
+        raise RunAsRefused(
+            f"You have no Unix account on cluster {cluster.name}, so Medbay cannot submit there.",
+        )
     if refusal := run_as_refusal(unix_user):
         logger.warning("Refused to submit as %r for %s", unix_user, user.get_username())
         raise RunAsRefused(refusal)
@@ -101,27 +109,26 @@ def submit_job(user, params: JobParams, *, run_as: str | None = None) -> Job:
     script = render_sbatch(params)
     submission = JobSubmission(script=script, user=unix_user, workdir=params.workdir)
     try:
-        # The job is recorded under current_cluster(): submit it to that cluster too.
-        slurm_id = registry.backend_for(current_cluster()).submit_job(submission)
+        slurm_id = registry.backend_for(cluster).submit_job(submission)
     except BackendError as error:
         logger.warning("sbatch refused a job for %s: %s", unix_user, error.message)
         raise SubmissionFailed(error.message, permanent=error.permanent) from error
-    return _record_submission(user, unix_user, slurm_id, params, script, raw_token)
+    return _record_submission(cluster, user, unix_user, slurm_id, params, script, raw_token)
 
 
-def _record_submission(user, unix_user, slurm_id, params, script, raw_token) -> Job:
+def _record_submission(cluster, user, unix_user, slurm_id, params, script, raw_token) -> Job:
     now = timezone.now()
     with transaction.atomic():
         # Slurm may have given this id to a job before (ids repeat): that job keeps
         # its row, and this one gets its own.
-        Job.objects.filter(cluster=current_cluster(), slurm_id=slurm_id, superseded=False).filter(
+        Job.objects.filter(cluster=cluster, slurm_id=slurm_id, superseded=False).filter(
             ~Q(state__in=ACTIVE_JOB_STATES) | ~Q(user=unix_user)
         ).update(superseded=True)
         # The sync may already have created the row from squeue in the meantime;
         # either way the script, parameters and submitter are ours to fill in.
         job, created = Job.objects.get_or_create(
             superseded=False,
-            cluster=current_cluster(),
+            cluster=cluster,
             slurm_id=slurm_id,
             defaults={
                 "name": params.job_name,
@@ -173,14 +180,14 @@ def resubmit_job(user, job: Job, params: JobParams, *, as_self: bool = False) ->
     """
     check_resubmittable(user, job, as_self=as_self)
     if owns(user, job):
-        return submit_job(user, params, run_as=job.user)
+        return submit_job(user, params, run_as=job.user, cluster=job.cluster)
     if as_self:
         # The forms never show the owner's set-up lines to others; this also stops
         # a caller that carried them over from the stored parameters.
         theirs = set((job.params or {}).get("env_setup") or ())
         mine = tuple(line for line in params.env_setup if line not in theirs and line != HIDDEN)
-        return submit_job(user, replace(params, env_setup=mine))
-    return submit_job(user, stored_rerun(job, params), run_as=job.user)
+        return submit_job(user, replace(params, env_setup=mine), cluster=job.cluster)
+    return submit_job(user, stored_rerun(job, params), run_as=job.user, cluster=job.cluster)
 
 
 def check_resubmittable(user, job: Job, *, as_self: bool = False) -> None:

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from clusters.models import Partition
 from core import live
 from core.roles import ANY_ROLE, Role, has_role, is_admin, role_required
-from jobs import services
+from jobs import cluster_accounts, services
 from jobs.access import (
     can_act_on_job,
     can_submit,
@@ -71,22 +71,27 @@ def queue(request):
 
 @role_required(*SUBMITTERS)
 def new_job(request):
-    cluster = services.current_cluster()
+    offered = cluster_accounts.submit_clusters(request.user)
     if request.method != "POST":
-        form = JobForm(initial=_initial(request), cluster=cluster)
+        form = JobForm(initial=_initial(request), cluster=offered[0], clusters=offered)
         return _form_page(request, form, title="New job", action="/jobs/new")
-    form = JobForm(request.POST, cluster=cluster)
+    cluster = cluster_accounts.chosen_cluster(offered, request.POST.get("cluster"))
+    form = JobForm(request.POST, cluster=cluster, clusters=offered)
     if "save_template" in request.POST:
         return _save_template(request, form, "/jobs/new")
     if "preview" in request.POST or not form.is_valid():
         return _form_page(request, form, title="New job", action="/jobs/new")
-    return _submit(request, form, lambda params: services.submit_job(request.user, params))
+    return _submit(
+        request, form, lambda params: services.submit_job(request.user, params, cluster=cluster)
+    )
 
 
 @role_required(*SUBMITTERS)
 @require_POST
 def preview(request):
-    form = JobForm(request.POST, cluster=services.current_cluster())
+    offered = cluster_accounts.submit_clusters(request.user)
+    cluster = cluster_accounts.chosen_cluster(offered, request.POST.get("cluster"))
+    form = JobForm(request.POST, cluster=cluster, clusters=offered)
     return render(request, "jobs/partials/preview.html", _preview_context(form))
 
 
@@ -139,7 +144,7 @@ def resubmit(request, slurm_id: int):
     title = f"Resubmit job {job.slurm_id}"
     mine = owns(request.user, job)
     who = {"owner": None if mine else job.user, "me": unix_user_for(request.user)}
-    cluster = services.current_cluster()
+    cluster = job.cluster  # a resubmitted job runs where it ran
     if request.method != "POST":
         initial = initial_from_params(job.params or _params_of(job))
         if not mine:

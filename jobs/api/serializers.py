@@ -132,7 +132,7 @@ def _api_field(name: str, field: forms.Field, *, required: bool) -> serializers.
         return serializers.BooleanField(
             allow_null=True, **{**common, "help_text": "left out or null: automatic"}
         )
-    if name == "partition":
+    if name in ("partition", "cluster"):
         # The choices are the cluster's partitions, read when the form is bound.
         return serializers.CharField(**common)
     if isinstance(field, forms.ChoiceField):

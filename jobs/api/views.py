@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.roles import HasAnyRole
-from jobs import services
+from jobs import cluster_accounts, services
 from jobs.access import can_submit, owns
 from jobs.api.serializers import (
     JobDetailSerializer,
@@ -49,12 +49,20 @@ RESUBMIT_INPUT = job_input(
 )
 
 
-def bind_form(payload, initial: dict | None = None) -> JobForm:
-    """Validate API input with the page's own form; raises a 400 with per-field errors."""
+def bind_form(payload, initial: dict | None = None, *, user=None, cluster=None) -> JobForm:
+    """Validate API input with the page's own form; raises a 400 with per-field errors.
+    With USER, `cluster` may name any cluster where USER has a Unix account."""
     if not isinstance(payload, dict):
         raise exceptions.ValidationError({"non_field_errors": ["Send a JSON object."]})
     data = {**(initial or {}), **form_data_from_json(payload)}
-    form = JobForm(data, cluster=services.current_cluster())
+    if user is not None:
+        offered = cluster_accounts.submit_clusters(user)
+        cluster = cluster_accounts.chosen_cluster(offered, data.get("cluster"))
+        form = JobForm(data, cluster=cluster, clusters=offered)
+    else:
+        cluster = cluster or services.current_cluster()
+        data["cluster"] = cluster.name  # a resubmitted job runs where it ran
+        form = JobForm(data, cluster=cluster)
     if not form.is_valid():
         errors = {
             ("non_field_errors" if field == "__all__" else field): list(messages)
@@ -99,9 +107,9 @@ class JobListView(ListAPIView):
         # Refuse before validating: a role that may not submit learns nothing of the form.
         if not can_submit(request.user):
             raise DjangoPermissionDenied("Your role cannot submit jobs.")
-        form = bind_form(request.data)
+        form = bind_form(request.data, user=request.user)
         try:
-            job = services.submit_job(request.user, form.params)
+            job = services.submit_job(request.user, form.params, cluster=form.chosen_cluster())
         except services.SubmissionFailed as error:
             return _refused(error)
         return _submitted(job, request)
@@ -144,7 +152,7 @@ class JobResubmitView(APIView):
         initial = initial_from_params(job.params)
         if not owns(request.user, job):
             initial.pop("env_setup", None)  # the owner's, hidden: never a default for others
-        form = bind_form(request.data, initial=initial)
+        form = bind_form(request.data, initial=initial, cluster=job.cluster)
         try:
             new_job = services.resubmit_job(request.user, job, form.params, as_self=as_self)
         except services.NotYourScript as error:
