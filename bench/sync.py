@@ -10,6 +10,13 @@ cycle. Each cycle changes 2 % of the nodes (drain or resume) and 5 % of the jobs
 (start, finish or requeue), then times `sync_once` (parse, drift check, diff,
 writes, live publish) on PostgreSQL by default.
 
+--clusters N syncs N clusters of --nodes and --jobs each, one after another as one
+process's sync loops share its interpreter, and one cluster of N times the nodes and
+jobs, in the same run; prints "clusters", "cycle_ms_p50" (all N clusters' cycles
+together), "cluster_cycle_ms_p50" (one of them), "one_cluster_ms_p50" (the one big
+cluster), "ratio_to_one_cluster" and "queries_per_cycle" (all N together; and
+"one_cluster_queries_per_cycle"), beside the common figures.
+
 Prints {"nodes", "jobs", "cycle_ms_p50", "cycle_ms_p95", "cycle_cpu_ms_p50",
 "parse_cpu_ms_p50" (the share of the cycle spent parsing Slurm's output),
 "queries_per_cycle", "queries_constant", "peak_rss_mb" (this process's peak resident
@@ -500,6 +507,89 @@ def run_cli(args, slurm: SyntheticSlurm) -> dict:
     }
 
 
+class Fleet:
+    """Several synthetic clusters synced one after another, as one process's loops do
+    (their threads share one interpreter: the sum is what the process pays)."""
+
+    def __init__(self, name: str, slurms: list[SyntheticSlurm]) -> None:
+        from clusters.models import Cluster
+
+        self.slurms, self.clusters = slurms, []
+        for index in range(len(slurms)):
+            cluster_name = f"bench-{name}-{index}"
+            Cluster.objects.filter(name=cluster_name).delete()
+            self.clusters.append(Cluster.objects.create(name=cluster_name, backend="slurm"))
+        self.timings, self.per_cluster, self.queries = [], [], []
+
+    def cycle(self, *, measured: bool = True) -> None:
+        from sync.cycle import sync_once
+
+        total = 0.0
+        for cluster, slurm in zip(self.clusters, self.slurms, strict=True):
+            started = time.perf_counter()
+            result = sync_once(cluster, slurm)
+            elapsed = (time.perf_counter() - started) * 1000
+            assert result.controller_up, result.error
+            total += elapsed
+            if measured:
+                self.per_cluster.append(elapsed)
+        if measured:
+            self.timings.append(total)
+
+    def count_queries(self) -> None:
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        with CaptureQueriesContext(connection) as captured:
+            self.cycle(measured=False)
+        self.queries.append(len(captured))
+
+    def change(self) -> None:
+        for slurm in self.slurms:
+            slurm.change()
+
+    def close(self) -> None:
+        from clusters.models import Cluster
+
+        Cluster.objects.filter(pk__in=[cluster.pk for cluster in self.clusters]).delete()
+
+
+def run_clusters(args, version: str) -> dict:
+    """N clusters of --nodes/--jobs each against one cluster of N times that, on the
+    same changes' share and in the same run, alternating which goes first."""
+    count = args.clusters
+    many = Fleet("many", [SyntheticSlurm(version, args.nodes, args.jobs, seed=1 + index)
+                          for index in range(count)])  # fmt: skip
+    one = Fleet("one", [SyntheticSlurm(version, args.nodes * count, args.jobs * count)])
+    fleets = [many, one]
+    for fleet in fleets:
+        fleet.cycle(measured=False)  # the first cycle creates every row; not what is measured
+    for index in range(args.cycles):
+        for fleet in fleets[index % 2 :] + fleets[: index % 2]:
+            fleet.change()
+            fleet.cycle()
+    for _ in range(3):
+        for fleet in fleets:
+            fleet.change()
+            fleet.count_queries()
+    for fleet in fleets:
+        fleet.close()
+    many_p50 = percentile(many.timings, 50)
+    one_p50 = percentile(one.timings, 50)
+    return {
+        "clusters": count,
+        "cycle_ms_p50": round(many_p50, 1),
+        "cycle_ms_p95": round(percentile(many.timings, 95), 1),
+        "cluster_cycle_ms_p50": round(percentile(many.per_cluster, 50), 1),
+        "one_cluster_ms_p50": round(one_p50, 1),
+        "one_cluster_ms_p95": round(percentile(one.timings, 95), 1),
+        "ratio_to_one_cluster": round(many_p50 / one_p50, 3),
+        "queries_per_cycle": max(many.queries),
+        "one_cluster_queries_per_cycle": max(one.queries),
+        "queries_constant": len(set(many.queries)) == 1 and len(set(one.queries)) == 1,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--api", choices=("cli", "rest"), default="cli")
@@ -507,7 +597,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1024)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--cycles", type=int, default=15)
+    parser.add_argument(
+        "--clusters",
+        type=int,
+        default=0,
+        help="sync N clusters of --nodes and --jobs each, and one cluster of N times that",
+    )
     args = parser.parse_args()
+    if args.clusters and args.api == "rest":
+        parser.error("--clusters measures the CLI sync; leave out --api rest")
+    if args.clusters < 0:
+        parser.error("--clusters must be a positive number of clusters")
     version = args.slurm_version or ("24.11" if args.api == "rest" else "22.05")
     if args.api == "rest" and version not in REST_VERSIONS:
         parser.error(f"--api rest needs a Slurm with slurmrestd: {', '.join(REST_VERSIONS)}")
@@ -527,11 +627,16 @@ def main() -> None:
     django_setup()
     from django.db import connection
 
-    slurm = SyntheticSlurm(version, args.nodes, args.jobs)
-    before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    if server is None:
+    before_sync_mb = 0.0  # --clusters: records are made beside the syncs
+    if args.clusters:
+        figures = run_clusters(args, version)
+    elif server is None:
+        slurm = SyntheticSlurm(version, args.nodes, args.jobs)
+        before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         figures = run_cli(args, slurm)
     else:
+        slurm = SyntheticSlurm(version, args.nodes, args.jobs)
+        before_sync_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         try:
             with tempfile.TemporaryDirectory(prefix="medbay-bench-sync-") as workdir:
                 figures = {"api": "rest", **run_rest(args, slurm, server, Path(workdir))}
