@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "remediation",
     "jobs",
     "sync",
+    "demand",
     "reports",
     "identity",
     "demo",
@@ -301,6 +302,47 @@ if MEDBAY_BREAKER_PARTITION_MIN_NODES < 1:
     raise ImproperlyConfigured("MEDBAY_BREAKER_PARTITION_MIN_NODES must be at least 1")
 MEDBAY_BREAKER_MAX_NODES = env_int("MEDBAY_BREAKER_MAX_NODES", 4)
 MEDBAY_BREAKER_WINDOW_S = env_int("MEDBAY_BREAKER_WINDOW_S", 600)
+# Training and inference follow demand (demand/; README "Training and inference follow
+# demand"). The signals are sampled every MEDBAY_DEMAND_SAMPLE_S by the sync (and the demo);
+# the inference load is the site's PromQL query (`{cluster}` is replaced by the cluster's
+# name), read from the Prometheus at MEDBAY_DEMAND_PROMETHEUS_URL through its HTTP API.
+MEDBAY_DEMAND_SAMPLE_S = env_float("MEDBAY_DEMAND_SAMPLE_S", 60.0)
+if not 1 <= MEDBAY_DEMAND_SAMPLE_S <= 3600:
+    raise ImproperlyConfigured("MEDBAY_DEMAND_SAMPLE_S must be between 1 and 3600 seconds")
+MEDBAY_DEMAND_PROMETHEUS_URL = env_str("MEDBAY_DEMAND_PROMETHEUS_URL", "").strip().rstrip("/")
+MEDBAY_DEMAND_PROMQL = env_str("MEDBAY_DEMAND_PROMQL", "").strip()
+MEDBAY_DEMAND_PROMQL_UNIT = env_choice(
+    "MEDBAY_DEMAND_PROMQL_UNIT", "latency_ms", ("latency_ms", "queue_length")
+)
+MEDBAY_DEMAND_PROMETHEUS_TIMEOUT_S = env_float("MEDBAY_DEMAND_PROMETHEUS_TIMEOUT_S", 5.0)
+if bool(MEDBAY_DEMAND_PROMETHEUS_URL) != bool(MEDBAY_DEMAND_PROMQL):
+    raise ImproperlyConfigured(
+        "MEDBAY_DEMAND_PROMETHEUS_URL and MEDBAY_DEMAND_PROMQL go together: set both "
+        "(the Prometheus to ask and the query giving the inference load), or neither"
+    )
+if MEDBAY_DEMAND_PROMETHEUS_URL and not MEDBAY_DEMAND_PROMETHEUS_URL.startswith(
+    ("http://", "https://")
+):
+    raise ImproperlyConfigured(
+        "MEDBAY_DEMAND_PROMETHEUS_URL must start with http:// or https://, "
+        f"got {MEDBAY_DEMAND_PROMETHEUS_URL!r}"
+    )
+if not 0 < MEDBAY_DEMAND_PROMETHEUS_TIMEOUT_S <= 60:
+    raise ImproperlyConfigured("MEDBAY_DEMAND_PROMETHEUS_TIMEOUT_S must be between 0 and 60")
+# The inference workload on Kubernetes (with MEDBAY_FLEET=kubernetes): its namespace, the
+# label selector of its pods and the name of its HorizontalPodAutoscaler ("" for none).
+MEDBAY_DEMAND_K8S_NAMESPACE = env_str("MEDBAY_DEMAND_K8S_NAMESPACE", "").strip()
+MEDBAY_DEMAND_K8S_SELECTOR = env_str("MEDBAY_DEMAND_K8S_SELECTOR", "").strip()
+MEDBAY_DEMAND_K8S_HPA = env_str("MEDBAY_DEMAND_K8S_HPA", "").strip()
+if (MEDBAY_DEMAND_K8S_SELECTOR or MEDBAY_DEMAND_K8S_HPA) and not MEDBAY_DEMAND_K8S_NAMESPACE:
+    raise ImproperlyConfigured(
+        "MEDBAY_DEMAND_K8S_NAMESPACE must name the inference workload's namespace when "
+        "MEDBAY_DEMAND_K8S_SELECTOR or MEDBAY_DEMAND_K8S_HPA is set"
+    )
+# Raw demand samples older than this many days are deleted once rolled up into hours.
+MEDBAY_DEMAND_RAW_DAYS = env_int("MEDBAY_DEMAND_RAW_DAYS", 30)
+if MEDBAY_DEMAND_RAW_DAYS < 1:
+    raise ImproperlyConfigured("MEDBAY_DEMAND_RAW_DAYS must be at least 1")
 MEDBAY_FLAP_FAULTS = env_int("MEDBAY_FLAP_FAULTS", 3)
 MEDBAY_FLAP_WINDOW_H = env_float("MEDBAY_FLAP_WINDOW_H", 24.0)
 # An application-class XID on a node of a multi-node job waits this long for the job's

@@ -47,6 +47,8 @@ class Trigger(models.TextChoices):
     POLICY = "policy"
     # An admin's request written in Slurm's reason (`scontrol update … reason="Action:Replace"`).
     SLURM = "slurm", "Slurm request"
+    # The reallocation policy's move between training and inference (demand/deciding.py).
+    DEMAND = "demand"
 
 
 class Mode(models.TextChoices):

@@ -16,6 +16,8 @@ define the capability's methods itself to have it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agent.checks.deep import HOLD_PREFIX
@@ -109,3 +111,38 @@ class HoldsNodesForChecks(Protocol):
     def hold_for_checks(self, node: str) -> None: ...
     def release_checks_hold(self, node: str) -> None: ...
     def checks_holds(self) -> list[str]: ...
+
+
+@runtime_checkable
+class ReadsExpectedStarts(Protocol):
+    """Says when the scheduler expects each pending job to start (Slurm's `squeue
+    --start`): job id -> that moment, for the jobs it has an estimate for. The demand
+    signals read it; a backend without it leaves the expected start out."""
+
+    def expected_starts(self) -> dict[int, datetime]: ...
+
+
+@runtime_checkable
+class ReportsInferenceLoad(Protocol):
+    """Knows the inference service's load itself (the simulator's daily curve), where a
+    site would ask Prometheus: (value, unit), unit "ms" for a latency or "queue"."""
+
+    def inference_load(self) -> tuple[float, str]: ...
+
+
+@dataclass(frozen=True)
+class InferenceDemand:
+    """The inference workload as Kubernetes sees it: pods waiting for a node, and the
+    replicas its HorizontalPodAutoscaler wants and has (None: no such autoscaler)."""
+
+    pending_pods: int
+    desired_replicas: int | None = None
+    current_replicas: int | None = None
+
+
+@runtime_checkable
+class ReportsInferenceDemand(Protocol):
+    """Sees the inference workload's own demand where it runs (Kubernetes): how many of
+    its pods wait for a node, and how many replicas its autoscaler wants and has."""
+
+    def inference_demand(self, namespace: str, selector: str, hpa: str) -> InferenceDemand: ...

@@ -25,7 +25,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from clusters.backends.base import BackendError, pick_spare
-from clusters.backends.capabilities import ReportsFleetHolders
+from clusters.backends.capabilities import (
+    InferenceDemand,
+    ReportsFleetHolders,
+    ReportsInferenceDemand,
+)
 
 POOL_LABEL = "medbay.io/pool"
 REASON_ANNOTATION = "medbay.io/reason"
@@ -42,9 +46,9 @@ _TAINT_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 Provisioner = Callable[[str, str], str]
 
 
-class KubernetesFleet(ReportsFleetHolders):
-    """Cordons, drains, relabels and replaces Kubernetes nodes, and sees other
-    controllers' taints and cordons on them."""
+class KubernetesFleet(ReportsFleetHolders, ReportsInferenceDemand):
+    """Cordons, drains, relabels and replaces Kubernetes nodes, sees other controllers'
+    taints and cordons on them, and reads the inference workload's demand."""
 
     name = "kubernetes"
 
@@ -178,6 +182,32 @@ class KubernetesFleet(ReportsFleetHolders):
 
     def spare_capacity(self) -> list[str]:
         return sorted(n.metadata.name for n in self._free_spares())
+
+    # -- the inference workload's demand ---------------------------------------------------
+
+    def inference_demand(self, namespace: str, selector: str, hpa: str) -> InferenceDemand:
+        """Pods of SELECTOR in NAMESPACE that wait for a node (phase Pending), and the
+        replicas the HorizontalPodAutoscaler HPA wants and has ("" : none named)."""
+        with self._translated(f"pods in namespace {namespace}"):
+            pods = self._core().list_namespaced_pod(
+                namespace,
+                label_selector=selector or None,
+                field_selector="status.phase=Pending",
+                _request_timeout=self._timeout,
+            )
+        pending = sum(1 for pod in pods.items if not (pod.spec and pod.spec.node_name))
+        if not hpa:
+            return InferenceDemand(pending_pods=pending)
+        with self._translated(f"HorizontalPodAutoscaler {namespace}/{hpa}"):
+            autoscaler = self._autoscaling().read_namespaced_horizontal_pod_autoscaler(
+                hpa, namespace, _request_timeout=self._timeout
+            )
+        status = autoscaler.status
+        return InferenceDemand(
+            pending_pods=pending,
+            desired_replicas=int(status.desired_replicas or 0) if status else 0,
+            current_replicas=int(status.current_replicas or 0) if status else 0,
+        )
 
     # -- the default provisioner -----------------------------------------------------------
 
@@ -346,6 +376,9 @@ class KubernetesFleet(ReportsFleetHolders):
         if self._api is None:
             self._api = client.CoreV1Api(client.ApiClient(self._configuration()))
         return self._api
+
+    def _autoscaling(self) -> client.AutoscalingV2Api:
+        return client.AutoscalingV2Api(self._core().api_client)
 
     def _configuration(self) -> client.Configuration:
         cfg = client.Configuration()

@@ -9,6 +9,7 @@ down kills them and requeues the requeueable ones, a requeued job waits
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -28,7 +29,13 @@ from clusters.backends.base import (
     PartitionInfo,
     pick_spare,
 )
-from clusters.backends.capabilities import ReadsNodesByName, RepairsGpus, ReportsGpuHealth
+from clusters.backends.capabilities import (
+    ReadsExpectedStarts,
+    ReadsNodesByName,
+    RepairsGpus,
+    ReportsGpuHealth,
+    ReportsInferenceLoad,
+)
 from clusters.backends.job_files import expand_output_pattern
 from clusters.backends.slurm_syntax import duration_minutes
 
@@ -131,9 +138,38 @@ XID_MESSAGES = {
 CRITICAL_XIDS = frozenset({48, 64, 74, 79, 95, 119, 120, 140})
 
 
-class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
+@dataclass(frozen=True)
+class InferenceCurve:
+    """A day of inference traffic for the demand demo and tests: at its trough when the
+    simulator starts, PEAK_RATIO times that twelve hours later, and back.
+
+    Traffic is counted in nodes' worth: TROUGH_NODES is what the trough needs at full
+    use. The p95 latency of the inference pool rises as a queue's does with its use:
+    BASE_MS / (1 - use), so 100 ms idle, 300 ms at two thirds, capped at MAX_MS.
+    """
+
+    trough_nodes: float = 1.2
+    peak_ratio: float = 3.0
+    base_ms: float = 100.0
+    max_ms: float = 5000.0
+
+    def demand_nodes(self, since_start: timedelta) -> float:
+        phase = 2 * math.pi * since_start.total_seconds() / 86400
+        return self.trough_nodes * (1 + (self.peak_ratio - 1) * (1 - math.cos(phase)) / 2)
+
+    def latency_ms(self, since_start: timedelta, serving_nodes: int) -> float:
+        if serving_nodes <= 0:
+            return self.max_ms
+        use = self.demand_nodes(since_start) / serving_nodes
+        return min(self.max_ms, self.base_ms / max(1 - use, self.base_ms / self.max_ms))
+
+
+class SimulatedCluster(
+    ReadsNodesByName, ReportsGpuHealth, RepairsGpus, ReadsExpectedStarts, ReportsInferenceLoad
+):
     """Both backend protocols over one in-memory cluster; it also reads nodes by name,
-    knows each GPU's health and repairs GPUs itself, which Slurm cannot."""
+    knows each GPU's health and repairs GPUs itself, which Slurm cannot, estimates when
+    pending jobs start, and serves a daily inference load curve (`demand_mode`)."""
 
     name = "simulated"
 
@@ -166,6 +202,11 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
         # Slurm's PrivateData: none by default, as a fresh slurm.conf; tests set {"jobs"}.
         self.private_data_kinds: frozenset[str] = frozenset()
         self.fault_listeners: list[Callable[[SimFault], None]] = []
+        # Demand mode (`demand_mode`): inference traffic follows this curve, served outside
+        # Slurm's jobs, and training work arrives in bursts.
+        self.inference_curve: InferenceCurve | None = None
+        self._started = self.now
+        self._next_burst: datetime | None = None
 
     # ----------------------------------------------------------- building
     def add_partition(
@@ -249,6 +290,52 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
 
     def private_data(self) -> frozenset[str]:
         return frozenset(self.private_data_kinds)
+
+    def expected_starts(self) -> dict[int, datetime]:
+        """When each pending job could start, as Slurm's backfill estimates it: once
+        enough of its partition's nodes are free, counting the running jobs' ends (their
+        durations stand in for time limits). Held jobs get no estimate, as in Slurm."""
+        with self._lock:
+            ends: dict[str, datetime] = {}
+            for job in self._jobs.values():
+                if job.state == "RUNNING" and job.start_time is not None:
+                    for name in job.nodes:
+                        end = job.start_time + job.duration
+                        ends[name] = max(ends.get(name, end), end)
+            starts = {}
+            for job in self._jobs.values():
+                if job.state != "PENDING" or job.held:
+                    continue
+                members = [
+                    node.name
+                    for node in self._nodes.values()
+                    if job.partition in node.partitions and _schedulable(node)
+                ]
+                free_at = sorted(ends.get(name, self.now) for name in members)
+                if len(free_at) >= max(job.nodes_wanted, 1):
+                    start = free_at[max(job.nodes_wanted, 1) - 1]
+                    starts[job.job_id] = max(start, job.eligible_time or start, self.now)
+            return starts
+
+    def demand_mode(self, curve: InferenceCurve | None = None) -> None:
+        """Inference traffic follows CURVE from now (served outside Slurm's jobs, as a
+        Kubernetes or vLLM service would be, so the inference nodes read idle in Slurm),
+        and training jobs arrive in bursts instead of keeping the queue topped up."""
+        with self._lock:
+            self.inference_curve = curve or InferenceCurve()
+            self._started = self.now
+            self._next_burst = self.now
+
+    def inference_load(self) -> tuple[float, str]:
+        """The inference pool's p95 latency in ms under the curve's traffic now."""
+        with self._lock:
+            curve = self.inference_curve or InferenceCurve()
+            serving = sum(
+                1
+                for node in self._nodes.values()
+                if node.pool == "inference" and _schedulable(node)
+            )
+            return curve.latency_ms(self.now - self._started, serving), "latency_ms"
 
     def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]:
         """The simulator's own accounting: one record per finished job (it keeps no
@@ -746,6 +833,9 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
     def generate_workload(self, *, users: Sequence[str] = ("alice", "bob", "carol")) -> None:
         """Keep training busy with multi-node jobs, evals, and inference serving."""
         with self._lock:
+            if self.inference_curve is not None:
+                self._training_bursts(users)
+                return
             pending = sum(1 for j in self._jobs.values() if j.state == "PENDING")
             if pending >= 6:
                 return
@@ -786,6 +876,23 @@ class SimulatedCluster(ReadsNodesByName, ReportsGpuHealth, RepairsGpus):
                 gpus_per_node=self.rng.choice((4, 8)),
                 duration=timedelta(hours=self.rng.uniform(6, 48)),
             )
+
+    def _training_bursts(self, users: Sequence[str]) -> None:
+        """Demand mode's training queue: a burst of jobs every one to four hours."""
+        if self._next_burst is None or self.now < self._next_burst:
+            return
+        for _ in range(self.rng.randint(3, 8)):
+            nodes = self.rng.choice((1, 1, 2, 2, 4))
+            self._add_job(
+                name=f"train-{self.rng.randrange(1000):03d}",
+                user=self.rng.choice(list(users)),
+                account="llm",
+                partition="train",
+                nodes=nodes,
+                gpus_per_node=8,
+                duration=timedelta(hours=self.rng.uniform(0.5, 4)),
+            )
+        self._next_burst = self.now + timedelta(hours=self.rng.uniform(1, 4))
 
 
 def _schedulable(node: SimNode) -> bool:

@@ -38,6 +38,7 @@ from clusters.backends.capabilities import (
     HoldsNodesForChecks,
     ReadsConfiguredPartitions,
     ReadsControllerGeneration,
+    ReadsExpectedStarts,
     RunsSlurmCommands,
 )
 from clusters.backends.job_files import output_paths_from_record, read_tail_as, run_lossless
@@ -60,6 +61,7 @@ from clusters.backends.slurm_parsers import (
     parse_slurm_conf_node_addresses,
     parse_slurm_conf_partitions,
     parse_slurm_version,
+    parse_squeue_starts,
 )
 from clusters.backends.slurm_parsers.values import plain_number
 
@@ -112,10 +114,12 @@ class SlurmBackend(
     ReadsControllerGeneration,
     ChecksRunOnThisHost,
     HoldsNodesForChecks,
+    ReadsExpectedStarts,
 ):
     """Reads and acts on a real Slurm cluster through its CLI; it also reads slurm.conf
-    and slurmctld's restarts, knows when its nodes are this very host, and holds a node
-    in a maintenance reservation while Medbay checks it."""
+    and slurmctld's restarts, knows when its nodes are this very host, holds a node
+    in a maintenance reservation while Medbay checks it, and reads the scheduler's
+    expected start of pending jobs."""
 
     name = "slurm"
 
@@ -246,6 +250,12 @@ class SlurmBackend(
         if not jobs:
             raise BackendError(f"Invalid job id specified for job {job_id}", permanent=True)
         return jobs[0]
+
+    def expected_starts(self) -> dict[int, datetime]:
+        """When slurmctld expects each pending job to start (`squeue --start`), as text
+        on every version: the JSON of 22.05 ignores `--start`."""
+        text = self.run(["squeue", "--start", "--noheader", "--states=PENDING", "--format=%i|%S"])
+        return parse_squeue_starts(text, self.local_tz)
 
     def finished_jobs(self, start: datetime, end: datetime) -> list[AccountingRecord]:
         """Job attempts that ended in [start, end), from slurmdbd (see slurm_accounting.py)."""

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the fleet", ("clusters",)),
     ("health", ("health",)),
     ("remediation, jobs and the Slurm sync", ("remediation", "jobs", "sync")),
+    ("demand: training and inference follow it", ("demand",)),
     ("reports, identity and the demo", ("reports", "identity", "demo")),
     ("the portal: settings, plumbing and the pages that combine apps", ("portal",)),
 ]

@@ -86,6 +86,8 @@ class FakeApiServer:
     token: str = "medbay-test-token"
     nodes: dict[str, dict] = field(default_factory=dict)
     pods: dict[tuple[str, str], _PodState] = field(default_factory=dict)
+    # HorizontalPodAutoscalers (autoscaling/v2) by (namespace, name): read only.
+    hpas: dict[tuple[str, str], dict] = field(default_factory=dict)
     requests: list[RecordedRequest] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -158,9 +160,12 @@ class FakeApiServer:
         pdb_blocks: int = 0,
         linger_lists: int = 0,
         vanish_on_eviction: bool = False,
+        labels: dict[str, str] | None = None,
+        phase: str = "Running",
     ) -> dict:
+        """A pod on NODE; with node "" and phase "Pending", one waiting for a node."""
         annotations = {"kubernetes.io/config.mirror": uuid.uuid4().hex} if mirror else None
-        metadata = self._new_metadata(name, namespace, {"app": name}, annotations)
+        metadata = self._new_metadata(name, namespace, labels or {"app": name}, annotations)
         if owner_kind is not None and not mirror:
             metadata["ownerReferences"] = [_owner_reference(owner_kind, f"{name}-owner")]
         if mirror:
@@ -169,14 +174,35 @@ class FakeApiServer:
             "kind": "Pod",
             "apiVersion": "v1",
             "metadata": metadata,
-            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-            "status": {"phase": "Running", "conditions": [_condition("Ready", True)]},
+            "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+            "status": {"phase": phase, "conditions": [_condition("Ready", phase == "Running")]},
         }
+        if node:
+            pod["spec"]["nodeName"] = node
         with self._lock:
             self.pods[(namespace, name)] = _PodState(
                 pod, pdb_blocks, linger_lists, vanish_on_eviction=vanish_on_eviction
             )
         return copy.deepcopy(pod)
+
+    def add_hpa(
+        self, name: str, *, namespace: str = "default", desired: int = 1, current: int = 1
+    ) -> dict:
+        """A HorizontalPodAutoscaler whose status wants DESIRED replicas and has CURRENT."""
+        hpa = {
+            "kind": "HorizontalPodAutoscaler",
+            "apiVersion": "autoscaling/v2",
+            "metadata": self._new_metadata(name, namespace, {}, None),
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                "minReplicas": 1,
+                "maxReplicas": 100,
+            },
+            "status": {"currentReplicas": current, "desiredReplicas": desired},
+        }
+        with self._lock:
+            self.hpas[(namespace, name)] = hpa
+        return copy.deepcopy(hpa)
 
     def node(self, name: str) -> dict:
         with self._lock:
@@ -228,6 +254,8 @@ class FakeApiServer:
 
     def _route(self, request: RecordedRequest) -> tuple[int, dict]:
         parts = request.path.strip("/").split("/")
+        if parts[:3] == ["apis", "autoscaling", "v2"]:
+            return self._route_hpas(request, parts[3:])
         if parts[:2] != ["api", "v1"]:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         rest = parts[2:]
@@ -259,6 +287,14 @@ class FakeApiServer:
         if rest[1:] == ["eviction"]:
             return self._only("POST", request, lambda: self._evict(ns, rest[0], request.body))
         raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+    def _route_hpas(self, request: RecordedRequest, rest: list[str]) -> tuple[int, dict]:
+        if len(rest) != 4 or rest[0] != "namespaces" or rest[2] != "horizontalpodautoscalers":
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        hpa = self.hpas.get((rest[1], rest[3]))
+        if hpa is None:
+            raise _not_found("horizontalpodautoscalers.autoscaling", rest[3])
+        return self._only("GET", request, lambda: (200, copy.deepcopy(hpa)))
 
     @staticmethod
     def _only(method: str, request: RecordedRequest, action) -> tuple[int, dict]:
@@ -609,7 +645,7 @@ def _parse_field_selector(text: str) -> list[tuple[str, str]]:
         if "=" not in raw or "!=" in raw:
             raise ApiError(400, "BadRequest", f'unable to parse requirement: "{raw}"')
         key, value = raw.replace("==", "=").split("=", 1)
-        if key not in ("metadata.name", "metadata.namespace", "spec.nodeName"):
+        if key not in ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase"):
             message = f'field label not supported: "{key}"'
             raise ApiError(400, "BadRequest", message)
         terms.append((key, value))

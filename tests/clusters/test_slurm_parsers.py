@@ -806,3 +806,13 @@ def test_the_job_list_parser_reuses_unchanged_jobs_and_reparses_changed_ones():
     assert first[3] is not second[3]
     assert all(second[job_id] is first[job_id] for job_id in first if job_id != 3)
     assert by_id(parser.parse(document)) == first
+
+
+def test_squeue_start_lists_each_pending_jobs_expected_start_and_skips_unknown_ones():
+    from datetime import UTC, datetime
+
+    from clusters.backends.slurm_parsers import parse_squeue_starts
+
+    text = "41|2026-03-01T10:15:00\n42|N/A\n43_[1-4]|2026-03-01T11:00:00\n44|\n"
+
+    assert parse_squeue_starts(text, UTC) == {41: datetime(2026, 3, 1, 10, 15, tzinfo=UTC)}

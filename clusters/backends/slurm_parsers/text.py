@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 
 from clusters.backends.base import (
     JOB_ACTIVE_STATES,
@@ -266,3 +266,20 @@ def parse_private_data(config_text: str) -> frozenset[str]:
         kinds = {word.strip().lower() for word in value.split(",")} - {"", "none", "(null)"}
         return PRIVATE_DATA_KINDS if "all" in kinds else frozenset(kinds)
     return frozenset()
+
+
+def parse_squeue_starts(text: str, local_tz: tzinfo | None = None) -> dict[int, datetime]:
+    """Job id -> expected start from `squeue --start --noheader --format=%i|%S`.
+
+    Slurm prints `N/A` for a job it has no estimate for yet (the backfill scheduler has
+    not looked at it), and `123_[1-4]` for a pending array's tasks: both are left out.
+    """
+    starts: dict[int, datetime] = {}
+    for line in text.splitlines():
+        job_id, sep, when = line.strip().partition("|")
+        if not sep or not job_id.isdigit():
+            continue
+        at = text_time(when, local_tz)
+        if at is not None:
+            starts[int(job_id)] = at
+    return starts
