@@ -87,6 +87,10 @@ class PolicyMode(models.TextChoices):
     APPROVAL = "approval"
 
 
+def default_signals() -> list[str]:
+    return ["training", "inference_load"]
+
+
 class ReallocationPolicy(models.Model):
     """How one cluster's training and inference pools lend each other nodes: limits,
     targets, pacing, and whether moves wait for an admin. Off until an admin turns it on."""
@@ -114,6 +118,9 @@ class ReallocationPolicy(models.Model):
     max_moves_per_hour = models.PositiveIntegerField(default=64)
     allow_checkpoint_requeue = models.BooleanField(default=False)
     stale_after_s = models.PositiveIntegerField(default=300)
+    # The signals the policy needs (demand.rules.Signal values): one of them missing or
+    # stale holds every move.
+    signals = models.JSONField(default=default_signals)
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -154,6 +161,7 @@ AUDITED_FIELDS = (
     "max_moves_per_hour",
     "allow_checkpoint_requeue",
     "stale_after_s",
+    "signals",
 )
 
 

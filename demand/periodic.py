@@ -15,7 +15,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.base import BackendError, ClusterBackend, FleetProvider
 from clusters.models import Cluster
-from demand import sampling
+from demand import deciding, sampling
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +27,12 @@ def tick(
     *,
     now: datetime | None = None,
 ) -> bool:
-    """Sample if the cluster's last sample is an interval old; whether it did."""
+    """Sample and decide if the cluster's last sample is an interval old; whether it did."""
     now = now or timezone.now()
     if not sampling.due(cluster, now):
         return False
     sampling.sample(cluster, backend, fleet, now=now)
+    deciding.decide_cluster(cluster, now=now)
     return True
 
 
