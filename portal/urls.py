@@ -44,6 +44,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("remediation.urls")),
     path("", include("reports.urls")),
+    path("", include("demand.urls")),
     path("", include("clusters.urls")),
 ]
 

@@ -19,6 +19,7 @@ from clusters import drift
 from clusters.models import Cluster, Node
 from core.grafana import run_dashboard_url
 from core.roles import ANY_ROLE, Role, role_required
+from demand.charts import run_evidence
 from health.models import Incident
 from portal.regions import pushable, shared_region
 from remediation import actions, admission, services
@@ -83,7 +84,16 @@ def _get_run(pk: int) -> Remediation:
     )
 
 
+def _with_demand_chart(run: Remediation) -> bool:
+    """A demand run carries a small chart of the signal it was decided on."""
+    demand = (run.context or {}).get("demand") if run.trigger == Trigger.DEMAND else None
+    run.demand_figure = run_evidence(run.node.cluster, demand) if demand else None
+    run.demand_figure_id = f"figure-data-run-{run.pk}"
+    return run.demand_figure is not None
+
+
 def _render_run(request, run: Remediation, *, form=None, error: str = "", status: int = 200):
+    _with_demand_chart(run)
     context = {
         "run": run,
         "steps": run.steps.all(),
@@ -142,10 +152,12 @@ def _next_url(request, default: str) -> str:
 @role_required(Role.ADMIN)
 def approvals(request):
     runs = Remediation.objects.filter(status=RunStatus.AWAITING_APPROVAL).select_related(
-        *RUN_RELATED, "node__pool"
+        *RUN_RELATED, "node__pool", "node__cluster"
     )
     queue = [(run, actions.run_impact(run)) for run in runs]
+    charts = [_with_demand_chart(run) for run, _ in queue]
     context = {
+        "demand_charts": any(charts),
         "queue": queue,
         "form": DecisionForm(),
         "undecidable": admission.undecidable()[:UNDECIDABLE_SHOWN],

@@ -90,6 +90,12 @@ ACCESS: dict[str, Access] = {
     "remediation-policy-edit": page(get=ADMINS, post=ADMINS),
     "remediation-replay": page(get=ADMINS, post=ADMINS),
     "node-action": page(get=ADMINS, post=ADMINS),
+    # Training and inference follow demand: managers see the pools and GPU-hours.
+    "capacity": page(get=MANAGERS),
+    "capacity-what-if": page(get=ADMINS),
+    "demand-policies": page(get=ADMINS),
+    "demand-policy-new": page(get=ADMINS, post=ADMINS),
+    "demand-policy-edit": page(get=ADMINS, post=ADMINS),
     # Tokens: everyone their own; agent tokens for nodes are admins' business.
     "api-tokens": page(get=MEDBAY, post=MEDBAY),
     "api-token-revoke": page(post=MEDBAY),

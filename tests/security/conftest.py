@@ -33,6 +33,7 @@ class World:
     remediation: object
     policy: object
     node_content_type: object
+    demand_policy: object
 
 
 @pytest.fixture
@@ -113,7 +114,21 @@ def world(researcher, other_researcher, manager, admin_user, synced, cluster) ->
         remediation=remediation,
         policy=Policy.objects.create(xid=79, action="reboot", mode="approval"),
         node_content_type=ContentType.objects.get_for_model(Node),
+        demand_policy=_demand_policy(cluster, admin_user),
     )
+
+
+def _demand_policy(cluster, admin_user):
+    from clusters.models import NodePool
+    from demand.models import ReallocationPolicy
+    from demand.policies import save_policy
+
+    policy = ReallocationPolicy(
+        cluster=cluster,
+        training_pool=NodePool.objects.get(cluster=cluster, kind="training"),
+        inference_pool=NodePool.objects.get(cluster=cluster, kind="inference"),
+    )
+    return save_policy(policy, user=admin_user)
 
 
 def client_for(world: World, role: str, **kwargs):

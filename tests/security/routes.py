@@ -109,6 +109,8 @@ PARAMS_BY_URL: dict[str, dict[str, Filler]] = {
     "remediation-detail": {"pk": lambda world: world.remediation.pk},
     "remediation-decide": {"pk": lambda world: world.remediation.pk},
     "remediation-policy-edit": {"pk": lambda world: world.policy.pk},
+    "demand-policy-edit": {"pk": lambda world: world.demand_policy.pk},
+    "capacity-what-if": {"pk": lambda world: world.demand_policy.pk},
     "api:remediation-detail": {"pk": lambda world: world.remediation.pk},
     "api:remediation-approve": {"pk": lambda world: world.remediation.pk},
     "api:remediation-reject": {"pk": lambda world: world.remediation.pk},
