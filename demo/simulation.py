@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from clusters import holders
 from clusters.backends.base import JobInfo, NodeInfo
+from clusters.backends.capabilities import ReadsExpectedStarts, ReportsInferenceLoad
 from clusters.backends.simulated import SimFault, SimulatedCluster
 from clusters.live import publish_nodes
 from clusters.models import Cluster, Gpu, GpuHealth, Node
@@ -122,6 +123,22 @@ class RepairShop:
             transaction.on_commit(lambda: publish_nodes([node.pk]))
 
 
+class WallClockDemand(ReadsExpectedStarts, ReportsInferenceLoad):
+    """The simulator's demand figures for the demand sampler, on the wall clock: Slurm's
+    expected starts are simulated moments, which the portal records as the wall-clock
+    moments they stand for (as it does the jobs' own times)."""
+
+    def __init__(self, loop: SimulationLoop) -> None:
+        self.loop = loop
+
+    def expected_starts(self) -> dict[int, datetime]:
+        starts = self.loop.sim.expected_starts()
+        return {job_id: self.loop.wall_time(at) for job_id, at in starts.items()}
+
+    def inference_load(self) -> tuple[float, str]:
+        return self.loop.sim.inference_load()
+
+
 class SimulationLoop:
     """Drives a simulator and mirrors it into the database on a thread."""
 
@@ -147,6 +164,7 @@ class SimulationLoop:
         self.repair_shop.step()
         faults, self._faults[:] = list(self._faults), []
         self.sync()
+        self.sample_demand()
         for fault in faults:
             # Simulated time runs faster than the wall clock; events carry the
             # time they are reported, as an agent's would.
@@ -169,6 +187,17 @@ class SimulationLoop:
             [self._on_wall_clock(job) for job in self.sim.jobs()],
             actor="simulator",
         )
+
+    def sample_demand(self) -> None:
+        """The demand signals and the reallocation policies' decisions, as the Slurm
+        sync does them after each snapshot (demand/periodic.py), at most every
+        MEDBAY_DEMAND_SAMPLE_S."""
+        from demand.periodic import tick
+
+        try:
+            tick(self.cluster, WallClockDemand(self), self.sim)
+        except Exception:  # the demo goes on without this pass's demand
+            logger.exception("Demand sampling of the simulated cluster failed")
 
     def wall_time(self, at: datetime | None) -> datetime | None:
         """A simulated moment as the wall-clock moment it stands for."""

@@ -878,11 +878,15 @@ class SimulatedCluster(
             )
 
     def _training_bursts(self, users: Sequence[str]) -> None:
-        """Demand mode's training queue: a burst of jobs every one to four hours."""
+        """Demand mode's training queue: every one to four hours a burst of jobs asking
+        for 0.8 to 1.6 times the training nodes there are, so that a queue builds."""
         if self._next_burst is None or self.now < self._next_burst:
             return
-        for _ in range(self.rng.randint(3, 8)):
-            nodes = self.rng.choice((1, 1, 2, 2, 4))
+        training = sum(1 for node in self._nodes.values() if node.pool == "training")
+        wanted = max(1, round(training * self.rng.uniform(0.8, 1.6)))
+        while wanted > 0:
+            nodes = min(wanted, self.rng.choice((1, 1, 2, 2, 4)))
+            wanted -= nodes
             self._add_job(
                 name=f"train-{self.rng.randrange(1000):03d}",
                 user=self.rng.choice(list(users)),

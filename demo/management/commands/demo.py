@@ -13,6 +13,7 @@ from django.utils import timezone
 from clusters.backends import registry
 from clusters.backends.simulated import SimulatedCluster
 from clusters.models import Cluster
+from demo.demand import create_demo_policy
 from demo.past import FIELD_RATE, generate_history
 from demo.simulation import SimulationLoop
 from identity.accounts import create_demo_users
@@ -79,6 +80,7 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"History: {stats}")
         users = create_demo_users()
+        create_demo_policy(cluster)
         self._print_welcome(host, port, users)
         if options["no_serve"]:
             return
@@ -115,5 +117,8 @@ def _build_simulator(options) -> SimulatedCluster:
         start=timezone.now(),
     )
     sim.fault_rate_per_gpu_day *= options["fault_boost"]
+    # A daily inference curve (at its trough now) and bursts of training work, so that
+    # the demo's reallocation policy has something to propose within minutes.
+    sim.demand_mode()
     sim.generate_workload()
     return sim
