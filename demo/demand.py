@@ -8,7 +8,7 @@ few minutes of `make demo`.
 
 from __future__ import annotations
 
-from clusters.models import Cluster, NodePool, PoolKind
+from clusters.models import Cluster, Node, NodePool, PoolKind
 from demand.models import ReallocationPolicy
 from demand.policies import save_policy
 from identity.accounts import get_user
@@ -19,14 +19,16 @@ def create_demo_policy(cluster: Cluster, admin: str = "admin") -> ReallocationPo
     pools = {pool.kind: pool for pool in NodePool.objects.filter(cluster=cluster)}
     if PoolKind.TRAINING not in pools or PoolKind.INFERENCE not in pools:
         return None
+    sizes = {kind: Node.objects.filter(pool=pool).count() for kind, pool in pools.items()}
     policy = ReallocationPolicy(
         cluster=cluster,
         training_pool=pools[PoolKind.TRAINING],
         inference_pool=pools[PoolKind.INFERENCE],
         enabled=True,
         mode="approval",
-        training_min_nodes=4,
-        inference_min_nodes=2,
+        # Each pool keeps a few nodes, but never all it has (`--nodes 4` has one of each).
+        training_min_nodes=max(0, min(4, sizes[PoolKind.TRAINING] - 1)),
+        inference_min_nodes=max(0, min(2, sizes[PoolKind.INFERENCE] - 1)),
         training_max_wait_s=60,
         hysteresis_s=60,
         cooldown_s=600,
