@@ -347,7 +347,58 @@ def page_objects(cluster, sim, command) -> dict:
         "policy": policy.pk,
         "fault_group": group.pk,
         "cluster": cluster.name,
+        "demand_policy": demand_policy(cluster),
     }
+
+
+def demand_policy(cluster) -> int:
+    """The cluster's reallocation policy (off, as every new one), for the pages naming one."""
+    from django.contrib.auth import get_user_model
+
+    from clusters.models import NodePool
+    from demand.models import ReallocationPolicy
+    from demand.policies import save_policy
+
+    found = ReallocationPolicy.objects.filter(cluster=cluster).first()
+    if found is not None:
+        return found.pk
+    policy = ReallocationPolicy(
+        cluster=cluster,
+        training_pool=NodePool.objects.get(cluster=cluster, kind="training"),
+        inference_pool=NodePool.objects.get(cluster=cluster, kind="inference"),
+        inference_min_nodes=0,
+    )
+    return save_policy(policy, user=get_user_model().objects.get(username="admin")).pk
+
+
+def demand_proposal(cluster, sim, command) -> dict:
+    """A reallocation policy's proposal waiting for approval, with its evidence: the policy
+    turned on in approval mode (one move an hour), the inference load far over its target,
+    and idle training nodes, sampled and decided as the sync does."""
+    from django.utils import timezone
+
+    from clusters.backends.simulated import InferenceCurve
+    from demand.deciding import decide_cluster
+    from demand.models import ReallocationPolicy
+    from demand.sampling import sample
+    from remediation.models import Remediation, Trigger
+
+    policy = ReallocationPolicy.objects.get(pk=demand_policy(cluster))
+    ReallocationPolicy.objects.filter(pk=policy.pk).update(
+        enabled=True, mode="approval", hysteresis_s=0, max_moves_per_hour=1
+    )
+    sim.demand_mode(InferenceCurve(trough_nodes=5))
+    sync(cluster, sim)
+    now = timezone.now()
+    sample(cluster, sim, sim, now=now)
+    decide_cluster(cluster, now=now)
+    # Off again: nothing else in the suite should be moved by it.
+    ReallocationPolicy.objects.filter(pk=policy.pk).update(enabled=False)
+    run = Remediation.objects.filter(trigger=Trigger.DEMAND).order_by("-pk").first()
+    if run is None:
+        verdict = ReallocationPolicy.objects.get(pk=policy.pk).checked_sentence
+        raise RuntimeError(f"the policy proposed nothing: {verdict}")
+    return {"run": run.pk, "sentence": run.context["demand"]["sentence"]}
 
 
 COMMANDS = {
@@ -367,6 +418,7 @@ COMMANDS = {
     "superuser": superuser,
     "medbay_user": medbay_user,
     "page_objects": page_objects,
+    "demand_proposal": demand_proposal,
 }
 
 

@@ -64,12 +64,13 @@ def pages_for(role: str, objects: dict) -> list[str]:
         "/account/notifications/",
     ]
     submitters = ["/jobs/templates/"]
-    managers = [f"/reports/{name}/" for name in REPORTS] + ["/reports/?print=1"]
+    managers = [f"/reports/{name}/" for name in REPORTS] + ["/reports/?print=1", "/capacity/"]
     admins = [
         "/remediation/approvals/",
         f"/nodes/{objects['node']}/actions/cordon/",
         "/remediation/policies/",
         "/remediation/policies/new/",
+        "/capacity/policies/",
         "/remediation/replay/",
         "/partitions/edits/",
         "/health/agents/",

@@ -77,6 +77,7 @@ def pages_for(role: str, objects: dict) -> list[str]:
         template=SimpleNamespace(pk=objects["template"]),
         remediation=SimpleNamespace(pk=objects["run"]),
         policy=SimpleNamespace(pk=objects["policy"]),
+        demand_policy=SimpleNamespace(pk=objects["demand_policy"]),
     )
     # routes.py makes these objects in the test database; here they live in the portal's.
     raw = {"fault-group": {"pk": str(objects["fault_group"])}}
