@@ -37,8 +37,11 @@ def tick(
 
 
 def on_snapshot(cluster: Cluster, backend: ClusterBackend, nodes) -> None:
-    """The sync's listener (sync/cycle.py snapshot_listeners)."""
+    """The sync's listener (sync/cycle.py snapshot_listeners): one indexed query a cycle
+    until a sample is due."""
     try:
+        if not sampling.due(cluster, timezone.now()):
+            return
         fleet = registry.fleet_for(cluster)
     except (BackendError, ValueError) as error:
         logger.warning("No fleet for cluster %s; Kubernetes demand unread: %s", cluster, error)
