@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ('clusters', '0015_alter_remediation_trigger'),
+        ('clusters', '0016_alter_remediation_trigger'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

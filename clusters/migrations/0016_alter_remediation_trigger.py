@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0014_cluster_configuration'),
+        ('clusters', '0015_cluster_sync_errors'),
     ]
 
     operations = [
