@@ -30,7 +30,7 @@ OUT_OF_SERVICE = frozenset(
 )
 NODE_COLUMNS = (
     "id", "name", "status", "reason", "held_by", "fleet_held_by", "partition_names",
-    "pool__kind", "gpus_used", "active_remediation",
+    "pool__kind", "gpus_used", "active_remediation", "cluster_id", "cluster__name",
 )  # fmt: skip
 
 
@@ -39,6 +39,8 @@ class BoardFilter:
     partition: str = ""
     pool: str = ""
     status: str = ""
+    # The cluster the page shows (identity.cluster_view); None: every cluster.
+    cluster_id: int | None = None
 
     @classmethod
     def from_query(cls, params) -> BoardFilter:
@@ -49,6 +51,8 @@ class BoardFilter:
         )
 
     def apply(self, nodes):
+        if self.cluster_id is not None:
+            nodes = nodes.filter(cluster_id=self.cluster_id)
         if self.partition:
             nodes = nodes.filter(partitions__name=self.partition)
         if self.pool:
@@ -128,18 +132,33 @@ def _gpu_cell(index: int, health: str, reason: str) -> str:
     return f'<span class="gpu gpu-{_escape(health)}" title="GPU {index}: {detail}"></span>'
 
 
-# Stands for the node name in a URL reversed once per render instead of per tile.
+# Stand for the cluster and node names in a URL reversed once per render, not per tile.
 _NAME_MARKER = "medbay-node-name"
+_CLUSTER_MARKER = "medbay-cluster-name"
 
 
 def _node_url_template() -> str:
     # Not cached across calls: the script prefix is per request/thread.
-    return reverse("node-detail", args=[_NAME_MARKER])
+    return reverse("cluster-node", args=[_CLUSTER_MARKER, _NAME_MARKER])
 
 
-def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str = "") -> str:
+def tile_id(row: dict, *, qualified: bool = False) -> str:
+    """A tile's element id: `node-<name>`, or `node-<cluster>-<name>` on a board of
+    several clusters, where two may have a node of the same name."""
+    if qualified:
+        return f"node-{row['cluster__name']}-{row['name']}"
+    return f"node-{row['name']}"
+
+
+def render_tile(
+    row: dict, cells: list, *, oob: bool = False, url_template: str = "", qualified: bool = False
+) -> str:
     template = url_template or _node_url_template()
-    url = _escape(template.replace(_NAME_MARKER, quote(row["name"], safe=_URL_SAFE)))
+    url = _escape(
+        template.replace(_CLUSTER_MARKER, quote(row["cluster__name"], safe=_URL_SAFE)).replace(
+            _NAME_MARKER, quote(row["name"], safe=_URL_SAFE)
+        )
+    )
     name = _escape(row["name"])
     status = _escape(row["status"])
     title = _escape(row["reason"]) if row["reason"] else status
@@ -149,8 +168,11 @@ def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str 
     gpu_cells = "".join([_gpu_cell(index, health, reason or "") for index, health, reason in cells])
     oob_attr = ' hx-swap-oob="true"' if oob else ""
     pool = _escape(row.get("pool__kind") or "")
+    cluster = _escape(row["cluster__name"])
+    element_id = _escape(tile_id(row, qualified=qualified))
     return (
-        f'<a class="tile status-{status} pool-{pool}" id="node-{name}" href="{url}"'
+        f'<a class="tile status-{status} pool-{pool}" id="{element_id}"'
+        f' href="{url}" data-cluster="{cluster}"'
         f' data-status="{status}" title="{title}"{held_attr}{oob_attr}>'
         f'<span class="tile-name">{name}</span>'
         f'<span class="badge badge-{status}">{status}</span>'
@@ -163,8 +185,15 @@ def render_tile(row: dict, cells: list, *, oob: bool = False, url_template: str 
 _HELD_MARK = '<span class="held" title="held by {held}">&#9873;</span>'
 
 
-def render_tiles(rows: list[dict], gpus: dict[int, list], *, oob: bool = False) -> str:
+def render_tiles(
+    rows: list[dict], gpus: dict[int, list], *, oob: bool = False, qualified: bool = False
+) -> str:
     template = _node_url_template()
     return "".join(
-        [render_tile(row, gpus.get(row["id"], []), oob=oob, url_template=template) for row in rows]
+        [
+            render_tile(
+                row, gpus.get(row["id"], []), oob=oob, url_template=template, qualified=qualified
+            )
+            for row in rows
+        ]
     )

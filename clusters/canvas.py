@@ -137,7 +137,13 @@ def problem_rows(node_filter: BoardFilter) -> tuple[list[dict], int]:
     total = nodes.count()
     rows = list(
         nodes.order_by("name").values(
-            "id", "name", "status", "reason", "active_remediation", "partition_names"
+            "id",
+            "name",
+            "status",
+            "reason",
+            "active_remediation",
+            "partition_names",
+            "cluster__name",
         )[:PROBLEM_ROWS]
     )
     health = _codes_by_node([row["id"] for row in rows])

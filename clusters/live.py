@@ -33,16 +33,31 @@ def publish_nodes(node_ids: Iterable[int]) -> None:
 
 def _publish_nodes_now(node_ids: list[int]) -> None:
     rows, gpus = board_rows(BoardFilter(), node_ids=node_ids)
-    live.send_html(live.BOARD_GROUP, render_tiles(rows, gpus, oob=True))
-    live.poke(live.BOARD_GROUP, [COUNTS_REGION])
+    by_cluster: dict[int, list[dict]] = {}
+    for row in rows:
+        by_cluster.setdefault(row["cluster_id"], []).append(row)
+    # A board of all clusters names its tiles by cluster too where two may share a name.
+    several = Cluster.objects.count() > 1
+    for cluster_id, changed in by_cluster.items():
+        _publish_to(live.cluster_group, cluster_id, changed, gpus, qualified=False)
+        live.poke_node_pages((row["name"] for row in changed), cluster_id)
+    _publish_to(lambda group, _: group, None, rows, gpus, qualified=several)
+
+
+def _publish_to(group_of, cluster_id, rows: list[dict], gpus, *, qualified: bool) -> None:
+    """The tiles, counts and fleet letters of ROWS, to the boards of one cluster (or, with
+    group_of returning the group as it is, to those of all clusters)."""
+    board, fleet = group_of(live.BOARD_GROUP, cluster_id), group_of(live.FLEET_GROUP, cluster_id)
+    live.send_html(board, render_tiles(rows, gpus, oob=True, qualified=qualified))
+    live.poke(board, [COUNTS_REGION])
     # Fleet pages get the changed nodes' GPU letters, painted in place (static/js/fleet.js).
-    live.send_html(live.FLEET_GROUP, json.dumps(fleet_delta(rows, gpus), separators=(",", ":")))
-    live.poke(live.FLEET_GROUP, [COUNTS_REGION, PROBLEMS_REGION])
-    live.poke_node_pages(row["name"] for row in rows)
+    live.send_html(fleet, json.dumps(fleet_delta(rows, gpus), separators=(",", ":")))
+    live.poke(fleet, [COUNTS_REGION, PROBLEMS_REGION])
 
 
 def publish_banner(cluster_id: int) -> None:
     """The board's banner (Slurm unreachable, partitions edited outside Medbay)."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
-    live.send_html(live.BOARD_GROUP, html)
+    for group in live.cluster_groups(live.BOARD_GROUP, [cluster_id]):
+        live.send_html(group, html)

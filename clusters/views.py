@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from clusters import canvas, configure
+from clusters.addresses import asks_which_cluster, node_at, node_named, node_url
 from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
 from clusters.config import ClusterConfig, ClusterConfigError
 from clusters.forms import ClusterForm, initial_for
@@ -16,6 +19,7 @@ from clusters.models import Cluster, Node, NodeStatus, Partition, PoolKind
 from core.grafana import node_dashboard_url
 from core.roles import ANY_ROLE, Role, is_admin, role_required
 from health.queries import recent_events_for_node
+from identity.cluster_view import viewed_cluster, viewed_name
 from jobs.models import ACTIVE_JOB_STATES
 from portal.healthz import healthz as portal_healthz
 from portal.regions import pushable, shared_region
@@ -28,26 +32,43 @@ from remediation.slurm_requests import requests_for
 def board(request):
     target = request.htmx.target if request.htmx else None
     if target in (COUNTS_REGION, PROBLEMS_REGION):
-        # Everyone sees the same counts for the same filters: one rendering for all.
-        return shared_region(request, target, lambda: _board(request))
+        # Everyone sees the same counts for the same filters and cluster: one rendering
+        # for all who look at that cluster.
+        viewer = f"cluster:{viewed_name(request)}"
+        return shared_region(request, target, lambda: _board(request), viewer=viewer)
     return _board(request)
 
 
+def board_filter(request) -> BoardFilter:
+    """The page's filters, on the cluster it shows."""
+    cluster = viewed_cluster(request)
+    return replace(BoardFilter.from_query(request.GET), cluster_id=cluster and cluster.pk)
+
+
+def _partitions(cluster_id: int | None):
+    partitions = Partition.objects.order_by("name")
+    if cluster_id is not None:
+        partitions = partitions.filter(cluster_id=cluster_id)
+    return partitions.values_list("name", flat=True).distinct()
+
+
 def _board(request):
-    node_filter = BoardFilter.from_query(request.GET)
+    node_filter = board_filter(request)
     problems = request.htmx and request.htmx.target == PROBLEMS_REGION
     if problems or node_filter.apply(Node.objects.all()).count() > canvas.tiles_max():
         return _fleet(request, node_filter)
     rows, gpus = board_rows(node_filter)
+    # As clusters.live sends them to the boards of all clusters.
+    qualified = node_filter.cluster_id is None and Cluster.objects.count() > 1
     context = {
-        "tiles": render_tiles(rows, gpus),
+        "tiles": render_tiles(rows, gpus, qualified=qualified),
         "node_count": len(rows),
         "counts": count_gpus(rows, gpus),
         "filter": node_filter,
-        "partitions": Partition.objects.values_list("name", flat=True).distinct(),
+        "partitions": _partitions(node_filter.cluster_id),
         "pools": PoolKind.choices,
         "statuses": NodeStatus.choices,
-        "cluster": Cluster.objects.order_by("pk").first(),
+        "cluster": _banner_cluster(request),
     }
     if request.htmx and request.htmx.target == "board-body":
         return render(request, "clusters/partials/board_body.html", context)
@@ -68,27 +89,48 @@ def _fleet(request, node_filter: BoardFilter):
         return render(request, "clusters/partials/fleet_problems.html", context)
     context.update(
         node_count=node_filter.apply(Node.objects.all()).count(),
-        partitions=Partition.objects.values_list("name", flat=True).distinct(),
+        partitions=_partitions(node_filter.cluster_id),
         pools=PoolKind.choices,
         statuses=NodeStatus.choices,
-        cluster=Cluster.objects.order_by("pk").first(),
-        data_url=f"{reverse('fleet-data')}?{request.GET.urlencode()}",
-        node_url=reverse("node-detail", args=["NODE"]),
+        cluster=_banner_cluster(request),
+        data_url=f"{reverse('fleet-data')}?{_with_cluster(request).urlencode()}",
+        node_url=_fleet_node_url(request),
     )
     return render(request, "clusters/fleet.html", context)
+
+
+def _fleet_node_url(request) -> str:
+    # static/js/fleet.js puts a node's name for NODE; its payload names no cluster, so a
+    # fleet of all clusters links by name alone, which asks which cluster where needed.
+    cluster = viewed_cluster(request)
+    if cluster is None:
+        return reverse("node-detail", args=["NODE"])
+    return reverse("cluster-node", args=[cluster.name, "NODE"])
+
+
+def _with_cluster(request):
+    """The page's query, naming the cluster it shows where its address does not."""
+    params = request.GET.copy()
+    if viewed_cluster(request) is not None:
+        params["cluster"] = viewed_name(request)
+    return params
+
+
+def _banner_cluster(request) -> Cluster | None:
+    # All clusters: the banner speaks for the first; the overview speaks for each.
+    return viewed_cluster(request) or Cluster.objects.order_by("pk").first()
 
 
 @role_required(*ANY_ROLE)
 def fleet_data(request):
     """The fleet view's payload: node names and one letter per GPU, grouped by partition."""
-    return JsonResponse(canvas.payload(BoardFilter.from_query(request.GET)))
+    return JsonResponse(canvas.payload(board_filter(request)))
 
 
 @role_required(*ANY_ROLE)
-def node_detail(request, name: str):
-    node = get_object_or_404(
-        Node.objects.select_related("pool", "cluster").prefetch_related("gpus"),
-        name=name,
+def node_detail(request, cluster: str, name: str):
+    node = node_at(
+        Node.objects.select_related("pool", "cluster").prefetch_related("gpus"), cluster, name
     )
     context = {
         "node": node,
@@ -103,6 +145,14 @@ def node_detail(request, name: str):
         "grafana_url": node_dashboard_url(node.cluster.name, node.name),
     }
     return render(request, "clusters/node_detail.html", context)
+
+
+@role_required(*ANY_ROLE)
+@asks_which_cluster
+def node_by_name(request, name: str):
+    """The address by name alone: to the node's cluster address, or a choice of clusters."""
+    node = node_named(Node.objects.select_related("cluster"), name)
+    return redirect(node_url(node.cluster.name, node.name))
 
 
 def healthz(request):

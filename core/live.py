@@ -340,14 +340,27 @@ def region_version(name: str) -> int | None:
         return None
 
 
-def node_page_group(name: str) -> str:
-    """The sockets of one node's page."""
+def cluster_group(group: str, cluster_id: int) -> str:
+    """The sockets of the pages that show GROUP's list for one cluster only."""
+    return f"{group}.{int(cluster_id)}"
+
+
+def cluster_groups(group: str, cluster_ids: Iterable[int]) -> list[str]:
+    """Where a change on these clusters goes: the pages that show every cluster (GROUP)
+    and those that show one of them; never a page that shows another cluster."""
+    return [group, *(cluster_group(group, pk) for pk in sorted(set(cluster_ids)))]
+
+
+def node_page_group(name: str, cluster_id: int | None = None) -> str:
+    """The sockets of one node's page: NAME on cluster CLUSTER_ID; without it, the pages
+    opened by name alone, before clusters had addresses (kept for pages still open)."""
     # Channel group names allow only ASCII letters, digits, '-', '_' and '.'.
-    return "node." + re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80]
+    return f"node.{int(cluster_id)}.{safe}" if cluster_id is not None else f"node.{safe}"
 
 
-def poke_node_pages(names: Iterable[str]) -> None:
-    poke_many((node_page_group(name), [f"node-{name}"]) for name in sorted(set(names)))
+def poke_node_pages(names: Iterable[str], cluster_id: int | None = None) -> None:
+    poke_many((node_page_group(name, cluster_id), [f"node-{name}"]) for name in sorted(set(names)))
 
 
 def job_page_group(cluster_id: int, slurm_id: int) -> str:

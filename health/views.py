@@ -27,7 +27,7 @@ MODE_WORDS = {
 @role_required(*ANY_ROLE)
 def event_feed(request):
     def page(template: str):
-        events = HealthEvent.objects.select_related("node", "incident__group")
+        events = HealthEvent.objects.select_related("node__cluster", "incident__group")
         events = filter_events(events, request.GET)
         context = {
             "rows": fold_groups(events[:FEED_LIMIT]),
@@ -79,7 +79,7 @@ def xid_detail(request, code: int):
     if code > 100_000:
         raise Http404("No such XID")
     info = catalogue.lookup(code)
-    recent = HealthEvent.objects.filter(xid=code).select_related("node")[:50]
+    recent = HealthEvent.objects.filter(xid=code).select_related("node__cluster")[:50]
     action, mode = default_for_xid(code)
     context = {
         "info": info,

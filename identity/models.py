@@ -90,3 +90,22 @@ class AccountChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.field}: {self.old!r} → {self.new!r} by {self.by}"
+
+
+class ClusterChoice(models.Model):
+    """The cluster a person last chose to look at; none (or no row) means all clusters."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_choice"
+    )
+    # SET_NULL: a cluster removed from the table leaves its viewers on all clusters.
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    chosen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        app_label = APP_LABEL
+
+    def __str__(self) -> str:
+        return f"{self.user} views {self.cluster or 'all clusters'}"

@@ -20,11 +20,13 @@ def publish_jobs(job_ids: Iterable[int], new_ids: Iterable[int] = ()) -> None:
     job_ids = list(job_ids)
     if not job_ids:
         return
-    live.poke(live.JOBS_GROUP, [live.JOBS_REGION])
-    shown = Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")
+    shown = sorted(set(Job.objects.filter(pk__in=job_ids).values_list("cluster_id", "slurm_id")))
+    # The queues of all clusters and of these jobs' clusters; not those of another cluster.
+    queues = live.cluster_groups(live.JOBS_GROUP, (cluster_id for cluster_id, _ in shown))
+    live.poke_many((group, [live.JOBS_REGION]) for group in queues)
     live.poke_many(
         (live.job_page_group(cluster_id, slurm_id), [f"job-{slurm_id}"])
-        for cluster_id, slurm_id in sorted(set(shown))
+        for cluster_id, slurm_id in shown
     )
 
 

@@ -28,6 +28,7 @@ from jobs.models import (
     ResearcherProfile,
     all_notification_kinds,
 )
+from jobs.queries import job_url
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def notify_job_finished(job) -> None:
     subject = f"[Medbay] Job {job.slurm_id} ({job.name or 'unnamed'}) finished after a restart"
     text = (
         f"Your job {job.slurm_id} ended {job.state} after being restarted {times}.\n"
-        f"Details: {_portal_url()}/jobs/{job.slurm_id}/"
+        f"Details: {_portal_url()}{job_url(job)}"
     )
     notify_owner(job, NotificationKind.FINISHED, subject, text)
 
@@ -96,7 +97,7 @@ def notify_job_fault(job, *, summary: str) -> None:
     text = (
         f"Your job {job.slurm_id}: {summary}. Medbay took no node out of service for it;"
         " its error output says what went wrong.\n"
-        f"Details: {_portal_url()}/jobs/{job.slurm_id}/"
+        f"Details: {_portal_url()}{job_url(job)}"
     )
     notify_owner(job, NotificationKind.FAULT, subject, text)
 
@@ -153,7 +154,7 @@ def message_for(job, what: str, remediation) -> tuple[str, str]:
         lines.append("If it writes checkpoints it resumes from its last one.")
     if what == "cancelled":
         lines.append("It will not run again unless you resubmit it.")
-    lines.append(f"Details: {_portal_url()}/jobs/{job.slurm_id}/")
+    lines.append(f"Details: {_portal_url()}{job_url(job)}")
     return subject, "\n".join(lines)
 
 

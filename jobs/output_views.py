@@ -11,19 +11,21 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from clusters.addresses import asks_which_cluster
 from core.roles import ANY_ROLE, role_required
 from jobs.access import can_view_script
 from jobs.output import RAW_TAIL_BYTES, STREAMS, read_stream
-from jobs.queries import job_for
+from jobs.queries import job_at
 
 PRIVATE = "This job's output is private: only its owner and administrators can read it."
 
 
 @role_required(*ANY_ROLE)
 @require_GET
-def output_panel(request, slurm_id: int):
+@asks_which_cluster
+def output_panel(request, slurm_id: int, cluster: str = ""):
     """One stream's panel; while the job is active it polls itself (live follow)."""
-    job = job_for(request.user, slurm_id)
+    job = job_at(request.user, slurm_id, cluster)
     if not can_view_script(request.user, job):
         return render(request, "jobs/partials/output_private.html", {"job": job}, status=403)
     stream = request.GET.get("stream", "stdout")
@@ -35,13 +37,14 @@ def output_panel(request, slurm_id: int):
 
 @role_required(*ANY_ROLE)
 @require_GET
-def output_raw(request, slurm_id: int):
+@asks_which_cluster
+def output_raw(request, slurm_id: int, cluster: str = ""):
     """The stream's last 4 MiB as text/plain; `download=1` saves it as a file.
 
     A file that cannot be read is not an error of the request (the no-JS link
     leads here before anyone knows): the reason is the page, never a download.
     """
-    job = job_for(request.user, slurm_id)
+    job = job_at(request.user, slurm_id, cluster)
     if not can_view_script(request.user, job):
         return _plain(PRIVATE + "\n", status=403)
     stream = request.GET.get("stream", "stdout")

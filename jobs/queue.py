@@ -29,7 +29,7 @@ from jobs.timeline import lost_gpu_hours_by_job
 
 PAGE_SIZE = 50
 MAX_PARAM_LENGTH = 100
-QUEUE_PARAMS = ("state", "partition", "user", "q", "sort", "order", "page")
+QUEUE_PARAMS = ("cluster", "state", "partition", "user", "q", "sort", "order", "page")
 SORT_FIELDS = {
     "id": "slurm_id",
     "name": "name",
@@ -174,6 +174,11 @@ def queue_page(user, params: QueryDict) -> Page:
     """One page of the queue; hidden jobs come out as HiddenJob, never as their row."""
     page = Paginator(queue_jobs(user, params), PAGE_SIZE).get_page(page_number(params))
     jobs = list(page.object_list)
+    # Each row links to its cluster's address and is labelled with it: one small query,
+    # not one per row.
+    clusters = Cluster.objects.in_bulk()
+    for job in jobs:
+        job.cluster = clusters[job.cluster_id]
     attach_lost_work(jobs)  # hidden jobs too: the queries are the page's, whatever it holds
     mark_openable(user, jobs)
     page.object_list = [

@@ -8,9 +8,11 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from clusters.addresses import asks_which_cluster
 from clusters.models import Partition
 from core import live
 from core.roles import ANY_ROLE, Role, has_role, is_admin, role_required
+from identity.cluster_view import viewed_cluster, viewed_name
 from jobs import cluster_accounts, services
 from jobs.access import (
     can_act_on_job,
@@ -32,7 +34,7 @@ from jobs.forms import (
     stored_params,
 )
 from jobs.models import JobState, JobTemplate
-from jobs.queries import job_for
+from jobs.queries import job_at, job_url
 from jobs.queue import clean_params, queue_context
 from jobs.sbatch import render_sbatch
 from jobs.timeline import build_timeline
@@ -51,6 +53,8 @@ OUTSIDE_MEDBAY = (
 @role_required(*ANY_ROLE)
 def queue(request):
     params = clean_params(request.GET)
+    if viewed_cluster(request) is not None:  # remembered, not in the address: put it there
+        params["cluster"] = viewed_name(request)
 
     def page(template: str):
         context = {
@@ -63,7 +67,7 @@ def queue(request):
     if request.htmx and request.htmx.target == "job-rows":
         # Admins and managers see the same rows; a researcher's depend on who she is.
         staff = is_admin(request.user) or has_role(request.user, Role.MANAGER)
-        viewer = "staff" if staff else f"user:{request.user.pk}"
+        viewer = ("staff" if staff else f"user:{request.user.pk}") + f"@{viewed_name(request)}"
         rows = lambda: page("jobs/partials/job_rows.html")  # noqa: E731
         return shared_region(request, live.JOBS_REGION, rows, viewer=viewer)
     return page("jobs/queue.html")
@@ -96,8 +100,11 @@ def preview(request):
 
 
 @role_required(*ANY_ROLE)
-def detail(request, slurm_id: int):
-    job = job_for(request.user, slurm_id)
+@asks_which_cluster
+def detail(request, slurm_id: int, cluster: str = ""):
+    job = job_at(request.user, slurm_id, cluster)
+    if not cluster:
+        return redirect(job_url(job))
     # The script first: hiding its set-up lines needs the parameters' own.
     job.script = visible_script(request.user, job) or ""
     job.params = visible_params(request.user, job)
@@ -106,9 +113,10 @@ def detail(request, slurm_id: int):
 
 
 @role_required(*ANY_ROLE)
-def story(request, slurm_id: int):
+@asks_which_cluster
+def story(request, slurm_id: int, cluster: str = ""):
     """The live part of the job page, fetched again when the page is told the job changed."""
-    job = job_for(request.user, slurm_id)
+    job = job_at(request.user, slurm_id, cluster)
     return render(request, "jobs/partials/story.html", _story_context(request, job))
 
 
@@ -136,11 +144,12 @@ def _partition_time_limit(job) -> int | None | str:
 
 
 @role_required(*SUBMITTERS)
-def resubmit(request, slurm_id: int):
-    job = job_for(request.user, slurm_id)
+@asks_which_cluster
+def resubmit(request, slurm_id: int, cluster: str = ""):
+    job = job_at(request.user, slurm_id, cluster)
     if not can_act_on_job(request.user, job):
         raise PermissionDenied("You may only resubmit your own jobs.")
-    action = f"/jobs/{job.slurm_id}/resubmit"
+    action = job_url(job, "resubmit")
     title = f"Resubmit job {job.slurm_id}"
     mine = owns(request.user, job)
     who = {"owner": None if mine else job.user, "me": unix_user_for(request.user)}
@@ -171,14 +180,15 @@ def resubmit(request, slurm_id: int):
 
 @role_required(*ANY_ROLE)
 @require_POST
-def cancel(request, slurm_id: int):
-    job = job_for(request.user, slurm_id)
+@asks_which_cluster
+def cancel(request, slurm_id: int, cluster: str = ""):
+    job = job_at(request.user, slurm_id, cluster)
     if not can_act_on_job(request.user, job):
         raise PermissionDenied("You may only cancel your own jobs.")
     if request.POST.get("confirm") != "yes":
         # The page asks first; a bare POST (an old form, a stray click) cancels nothing.
         messages.error(request, f"Job {job.slurm_id} was not cancelled: confirm it first.")
-        return redirect(f"/jobs/{job.slurm_id}/")
+        return redirect(job_url(job))
     try:
         services.cancel_job(request.user, job)
         messages.success(request, f"Job {job.slurm_id} cancelled.")
@@ -186,7 +196,7 @@ def cancel(request, slurm_id: int):
         messages.error(request, str(error))
     except services.SubmissionFailed as error:
         messages.error(request, f"Slurm did not cancel the job: {error.message}")
-    return redirect(f"/jobs/{job.slurm_id}/")
+    return redirect(job_url(job))
 
 
 @role_required(*SUBMITTERS)
@@ -264,7 +274,7 @@ def _submit(request, form, submit):
         form.add_error(None, f"Slurm refused the job: {error.message}")
         return _form_page(request, form, title="New job", action=request.path)
     messages.success(request, f"Job {job.slurm_id} submitted as {job.user}.")
-    return redirect(f"/jobs/{job.slurm_id}/")
+    return redirect(job_url(job))
 
 
 def _save_template(request, form, action: str):

@@ -34,18 +34,22 @@ CLOSE_TRY_AGAIN = 4013
 CLOSE_TOO_MANY = 4429
 
 
-# One job's page: `job:<slurm id>`, joined only by those who may see that job.
-JOB_TOPIC = re.compile(r"job:(\d{1,18})")
-# One node's page: `node:<name>`.
-NODE_TOPIC = re.compile(r"node:([A-Za-z0-9._-]{1,64})")
+# A cluster's name as Slurm spells its ClusterName (clusters.config.CLUSTER_NAME).
+_CLUSTER = r"[a-z0-9][a-z0-9_-]{0,63}"
+# One job's page: `job:<cluster>:<slurm id>` (`job:<slurm id>` from pages opened before
+# jobs had cluster addresses), joined only by those who may see that job.
+JOB_TOPIC = re.compile(rf"job:(?:({_CLUSTER}):)?(\d{{1,18}})")
+# One node's page: `node:<cluster>:<name>` (or `node:<name>`, as above).
+NODE_TOPIC = re.compile(rf"node:(?:({_CLUSTER}):)?([A-Za-z0-9._-]{{1,64}})")
+# A list that shows one cluster: `board:<cluster>`; plain `board` shows them all.
+CLUSTER_LIST_TOPIC = re.compile(rf"({'|'.join(live.ALL_GROUPS)}):({_CLUSTER})")
 
 
 def _requested_topics(query_string: bytes) -> tuple[str, ...]:
     topics = parse_qs(query_string.decode("latin-1")).get("topics", ["board"])[0].split(",")
+    patterns = (JOB_TOPIC, NODE_TOPIC, CLUSTER_LIST_TOPIC)
     wanted = tuple(
-        t
-        for t in topics
-        if t in live.ALL_GROUPS or JOB_TOPIC.fullmatch(t) or NODE_TOPIC.fullmatch(t)
+        t for t in topics if t in live.ALL_GROUPS or any(p.fullmatch(t) for p in patterns)
     )
     return wanted or (live.BOARD_GROUP,)
 
@@ -57,29 +61,52 @@ def groups_for(user, topics: tuple[str, ...]) -> tuple[str, ...]:
     otherwise queue three database round trips each on the one thread that
     channels runs database work on. The lists' sockets carry only pokes, never
     rows (the page fetches its rows through its view), so everyone with a role
-    may join them; one job's page only those who may see that job.
+    may join them; one job's page only those who may see that job. A topic that
+    names a cluster Medbay does not watch joins nothing.
     """
     if not roles_of(user):
         return ()
+    from clusters.models import Cluster
+
+    named = {m[1] for t in topics for m in [_cluster_of(t)] if m and m[1]}
+    ids = dict(Cluster.objects.filter(name__in=named).values_list("name", "pk")) if named else {}
     groups = []
     for topic in topics:
         job_topic, node_topic = JOB_TOPIC.fullmatch(topic), NODE_TOPIC.fullmatch(topic)
+        list_topic = CLUSTER_LIST_TOPIC.fullmatch(topic)
         if job_topic:
-            groups += _job_page_groups(user, int(job_topic.group(1)))
+            cluster = job_topic.group(1)
+            if cluster is None or cluster in ids:
+                groups += _job_page_groups(user, int(job_topic.group(2)), ids.get(cluster))
         elif node_topic:
-            groups.append(live.node_page_group(node_topic.group(1)))
+            cluster, name = node_topic.group(1), node_topic.group(2)
+            if cluster is None or cluster in ids:
+                groups.append(live.node_page_group(name, ids.get(cluster)))
+        elif list_topic:
+            if list_topic.group(2) in ids:
+                groups.append(live.cluster_group(list_topic.group(1), ids[list_topic.group(2)]))
         else:
             groups.append(topic)
     return tuple(groups)
 
 
-def _job_page_groups(user, slurm_id: int) -> list[str]:
+def _cluster_of(topic: str):
+    for pattern in (JOB_TOPIC, NODE_TOPIC):
+        found = pattern.fullmatch(topic)
+        if found:
+            return found
+    found = CLUSTER_LIST_TOPIC.fullmatch(topic)
+    return (found.group(0), found.group(2)) if found else None
+
+
+def _job_page_groups(user, slurm_id: int, cluster_id: int | None) -> list[str]:
     from django.http import Http404
 
     from jobs.queries import job_for
 
     try:
-        job = job_for(user, slurm_id)  # the job page's own rule for who may see it
+        # The job page's own rule for who may see it.
+        job = job_for(user, slurm_id, cluster_id=cluster_id)
     except Http404:
         return []
     return [live.job_page_group(job.cluster_id, slurm_id)]

@@ -121,6 +121,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "core.roles.role_context",
+                "identity.cluster_view.switcher",
             ],
         },
     },

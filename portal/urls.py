@@ -6,9 +6,11 @@ from rest_framework.routers import DefaultRouter
 
 from clusters.api.views import NodeViewSet
 from health.api.views import HealthEventsView
+from identity.views.clusters import choose as choose_cluster
 from identity.views.login import LoginForm, ThrottledObtainAuthToken
 from identity.views.tokens import api_token_revoke, api_tokens
 from portal.metrics import metrics_view
+from portal.overview import overview
 
 router = DefaultRouter(trailing_slash=True)
 router.register("nodes", NodeViewSet, basename="node")
@@ -38,6 +40,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("account/tokens/", api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", api_token_revoke, name="api-token-revoke"),
+    path("clusters/choose/", choose_cluster, name="cluster-choose"),
+    path("clusters/overview/", overview, name="cluster-overview"),
     path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include(api_patterns)),
     path("", include("health.urls")),

@@ -372,7 +372,7 @@ def refused_nodes(limit: int = 10) -> tuple[list[BreakerRefusal], int]:
     how many nodes they refused in all: what the board's breaker banner lists."""
     refused = BreakerRefusal.objects.filter(trip__closed_at__isnull=True)
     latest = refused.order_by().values("node_id").annotate(last=Max("pk")).values("last")
-    rows = BreakerRefusal.objects.filter(pk__in=Subquery(latest)).select_related("node")
+    rows = BreakerRefusal.objects.filter(pk__in=Subquery(latest)).select_related("node__cluster")
     total = refused.order_by().values("node_id").distinct().count()
     return list(rows.order_by("-pk")[:limit]), total
 

@@ -272,8 +272,15 @@ def _move(run, new_status, message, now, guard=None, fields=None) -> bool:
 def publish_step(step: RemediationStep) -> None:
     """The run's page and the pages of the jobs it acted on show the step once committed."""
     run_id = step.remediation_id
-    transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, [f"run-{run_id}"]))
+    transaction.on_commit(lambda: _poke_run_lists(run_id, [f"run-{run_id}"]))
     transaction.on_commit(lambda: live.gather(_poke_pages_of_touched_jobs, [run_id]))
+
+
+def _poke_run_lists(run_id: int, regions: list[str]) -> None:
+    """The run lists of all clusters and of the run's own cluster (one small query)."""
+    cluster_ids = Remediation.objects.filter(pk=run_id).values_list("node__cluster_id", flat=True)
+    groups = live.cluster_groups(live.REMEDIATION_GROUP, cluster_ids)
+    live.poke_many((group, regions) for group in groups)
 
 
 def _poke_pages_of_touched_jobs(run_ids: list[int]) -> None:
@@ -324,6 +331,8 @@ def _mark_node(run: Remediation, *, active: bool) -> None:
 def _publish_after_commit(run: Remediation) -> None:
     """Run lists, the approval queue, the run's page and its node's page follow its status."""
     regions, node_name = [RUNS_REGION, f"run-{run.pk}"], run.node.name
-    transaction.on_commit(lambda: live.poke(live.REMEDIATION_GROUP, regions))
-    transaction.on_commit(lambda: live.poke_node_pages([node_name]))
+    cluster_id = run.node.cluster_id
+    groups = live.cluster_groups(live.REMEDIATION_GROUP, [cluster_id])
+    transaction.on_commit(lambda: live.poke_many((group, regions) for group in groups))
+    transaction.on_commit(lambda: live.poke_node_pages([node_name], cluster_id))
     transaction.on_commit(lambda: live.gather(_poke_pages_of_touched_jobs, [run.pk]))

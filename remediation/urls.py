@@ -24,6 +24,13 @@ urlpatterns = [
     path("remediation/replay/", views.replay, name="remediation-replay"),
     path("remediation/<int:pk>/", views.run_detail, name="remediation-detail"),
     path("remediation/<int:pk>/<str:verdict>/", views.decide, name="remediation-decide"),
+    path(
+        "nodes/<str:cluster>/<str:name>/actions/<str:action>/",
+        views.node_action,
+        name="cluster-node-action",
+    ),
+    path("nodes/<str:cluster>/<str:name>/repair/", views.node_repair, name="cluster-node-repair"),
+    # Before clusters had addresses: by name alone, where that is one node's.
     path("nodes/<str:name>/actions/<str:action>/", views.node_action, name="node-action"),
     path("nodes/<str:name>/repair/", views.node_repair, name="node-repair"),
     path("partitions/edits/", views.partition_edits, name="partition-edits"),

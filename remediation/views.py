@@ -16,11 +16,13 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from clusters import drift
+from clusters.addresses import asks_which_cluster, node_at, node_named, node_url
 from clusters.models import Cluster, Node
 from core.grafana import run_dashboard_url
 from core.roles import ANY_ROLE, Role, role_required
 from demand.charts import run_evidence
 from health.models import Incident
+from identity.cluster_view import viewed_cluster, viewed_name
 from portal.regions import pushable, shared_region
 from remediation import actions, admission, services
 from remediation.forms import (
@@ -59,7 +61,10 @@ RUN_RELATED = ("node", "requested_by", "approved_by", "policy")
 @role_required(*ANY_ROLE)
 def run_list(request):
     form = RunFilterForm(request.GET)
-    runs = form.apply(Remediation.objects.select_related(*RUN_RELATED))
+    runs = form.apply(Remediation.objects.select_related(*RUN_RELATED, "node__cluster"))
+    shown = viewed_cluster(request)
+    if shown is not None:
+        runs = runs.filter(node__cluster=shown)
     context = {
         "runs": runs[:RUN_LIST_LIMIT],
         "form": form,
@@ -69,7 +74,7 @@ def run_list(request):
     }
     if request.htmx and request.htmx.target == "run-rows":
         rows = lambda: render(request, "remediation/partials/run_rows.html", context)  # noqa: E731
-        return shared_region(request, RUNS_REGION, rows)
+        return shared_region(request, RUNS_REGION, rows, viewer=f"@{viewed_name(request)}")
     return render(request, "remediation/run_list.html", context)
 
 
@@ -224,11 +229,12 @@ def _summary(decisions: list) -> list[tuple[str, str, int]]:
 
 @require_http_methods(["GET", "POST"])
 @role_required(Role.ADMIN)
-def node_action(request, name: str, action: str):
+@asks_which_cluster
+def node_action(request, name: str, action: str, cluster: str = ""):
     """GET: what the action would touch, and a confirm form. POST: start the run."""
     if action not in actions.ADMIN_ACTIONS:
         raise Http404("No such action")
-    node = get_object_or_404(Node.objects.select_related("pool", "cluster"), name=name)
+    node = _node(Node.objects.select_related("pool", "cluster"), cluster, name)
     form = ActionRequestForm(request.POST or None)
     context = {"node": node, "action": action, "form": form, "busy": None}
     if request.method != "POST":
@@ -250,19 +256,26 @@ def node_action(request, name: str, action: str):
 
 @require_POST
 @role_required(Role.ADMIN)
-def node_repair(request, name: str):
+@asks_which_cluster
+def node_repair(request, name: str, cluster: str = ""):
     """Mark a failed node as in repair, with a ticket or note; back to the node page."""
-    node = get_object_or_404(Node, name=name)
+    node = _node(Node.objects.select_related("cluster"), cluster, name)
+    back = node_url(node.cluster.name, node.name)
     try:
         actions.mark_in_repair(node, user=request.user, note=request.POST.get("note", ""))
     except actions.ActionError as error:
         messages.error(request, error.message)
-        return redirect("node-detail", name=node.name)
+        return redirect(back)
     except actions.WrongStatus as error:
         messages.error(request, str(error))
-        return redirect("node-detail", name=node.name)
+        return redirect(back)
     messages.success(request, f"{node.name} is in repair.")
-    return redirect("node-detail", name=node.name)
+    return redirect(back)
+
+
+def _node(nodes, cluster: str, name: str) -> Node:
+    """The node at its cluster address, or by name alone where that is one node's."""
+    return node_at(nodes, cluster, name) if cluster else node_named(nodes, name)
 
 
 @require_http_methods(["GET", "POST"])

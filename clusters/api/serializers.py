@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from clusters.addresses import node_url
 from clusters.models import Gpu, Node
 
 
@@ -12,6 +13,8 @@ class GpuSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    url = serializers.SerializerMethodField(help_text="the node's page in the portal")
     partitions = serializers.SerializerMethodField()
     flags = serializers.SerializerMethodField()
     pool = serializers.SerializerMethodField()
@@ -22,6 +25,8 @@ class NodeSerializer(serializers.ModelSerializer):
         model = Node
         fields = [
             "name",
+            "cluster",
+            "url",
             "state",
             "flags",
             "status",
@@ -36,6 +41,9 @@ class NodeSerializer(serializers.ModelSerializer):
             "gpus",
             "jobs",
         ]
+
+    def get_url(self, node: Node) -> str:
+        return node_url(node.cluster.name, node.name)
 
     def get_partitions(self, node: Node) -> list[str]:
         return [name for name in node.partition_names.split(",") if name]

@@ -7,11 +7,14 @@ from rest_framework import serializers
 from jobs.access import visible_params, visible_script
 from jobs.forms import JobForm
 from jobs.models import Job, JobProgress, JobStateChange
+from jobs.queries import job_url
 from jobs.reasons import plain_reason
 
 
 class JobSerializer(serializers.ModelSerializer):
     id = serializers.IntegerField(source="slurm_id", read_only=True)
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    url = serializers.SerializerMethodField(help_text="the job's page in the portal")
     reason_text = serializers.SerializerMethodField()
     # Null for a job Medbay did not submit (the sync found it in squeue).
     submitted_by = serializers.SlugRelatedField(
@@ -24,7 +27,8 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "name", "user", "account", "partition", "state", "reason", "reason_text",
+            "id", "cluster", "url", "name", "user", "account", "partition", "state", "reason",
+            "reason_text",
             "node_names", "node_count", "gpus", "submit_at", "start_at", "end_at",
             "eligible_at", "restart_count", "requeue", "exit_code", "time_limit_minutes",
             "submitted_by",
@@ -33,6 +37,9 @@ class JobSerializer(serializers.ModelSerializer):
 
     def get_reason_text(self, job) -> str:
         return plain_reason(job)
+
+    def get_url(self, job) -> str:
+        return job_url(job)
 
 
 class StateChangeSerializer(serializers.ModelSerializer):

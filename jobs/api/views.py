@@ -11,6 +11,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters.addresses import SeveralClusters
+from clusters.models import Cluster
 from core.roles import HasAnyRole
 from jobs import cluster_accounts, services
 from jobs.access import can_submit, owns
@@ -31,7 +33,7 @@ from jobs.forms import (
     initial_from_params,
 )
 from jobs.models import Job
-from jobs.queries import filter_jobs, job_for, now_first, visible_jobs
+from jobs.queries import filter_jobs, job_at, now_first, visible_jobs
 from jobs.timeline import build_timeline
 from portal.api_schema import ErrorSerializer
 
@@ -84,6 +86,30 @@ def _refused(error: services.SubmissionFailed) -> Response:
     return Response({"detail": f"Slurm refused the job: {error.message}", "errors": {}}, code)
 
 
+def known_cluster(request) -> str:
+    """The `cluster` the request names ("" for none, "all" for every one); a 400 that
+    lists the clusters where Medbay watches none by that name."""
+    name = request.query_params.get("cluster", "")
+    if name in ("", "all") or Cluster.objects.filter(name=name[:64]).exists():
+        return name if name != "all" else ""
+    known = ", ".join(Cluster.objects.order_by("name").values_list("name", flat=True))
+    raise exceptions.ValidationError(
+        {"cluster": [f"No cluster named {name[:64]!r}; Medbay watches: {known or 'none'}."]}
+    )
+
+
+def api_job(request, slurm_id: int) -> Job:
+    """The job `{id}` on `?cluster=` (or the one cluster that has it); a 400 naming the
+    clusters where several have it and the request names none."""
+    try:
+        return job_at(request.user, slurm_id, known_cluster(request))
+    except SeveralClusters as several:
+        names = [cluster for cluster, _ in several.choices]
+        raise exceptions.ValidationError(
+            {"cluster": [f"Job {slurm_id} exists on {', '.join(names)}: say which, ?cluster=."]}
+        ) from None
+
+
 class JobListView(ListAPIView):
     """GET: jobs you may see (filters state, partition, user). POST: submit a job."""
 
@@ -91,12 +117,14 @@ class JobListView(ListAPIView):
     permission_classes = [HasAnyRole]
 
     def get_queryset(self):
-        jobs = visible_jobs(self.request.user).order_by(*now_first())
+        known_cluster(self.request)
+        jobs = visible_jobs(self.request.user).select_related("cluster").order_by(*now_first())
         return filter_jobs(jobs, self.request.query_params)
 
     @extend_schema(
         parameters=[
-            OpenApiParameter(n, str, required=False) for n in ("state", "partition", "user")
+            OpenApiParameter(n, str, required=False)
+            for n in ("cluster", "state", "partition", "user")
         ]
     )
     def get(self, request, *args, **kwargs):
@@ -120,7 +148,7 @@ class JobDetailView(APIView):
 
     @extend_schema(responses=JobDetailSerializer)
     def get(self, request, slurm_id: int):
-        job = job_for(request.user, slurm_id)
+        job = api_job(request, slurm_id)
         return Response(JobDetailSerializer(job, context={"request": request}).data)
 
 
@@ -141,7 +169,7 @@ class JobResubmitView(APIView):
         responses={201: JobDetailSerializer, 503: ErrorSerializer},
     )
     def post(self, request, slurm_id: int):
-        job = job_for(request.user, slurm_id)
+        job = api_job(request, slurm_id)
         as_self = _run_as_self(request.data)
         try:
             services.check_resubmittable(request.user, job, as_self=as_self)
@@ -188,7 +216,7 @@ class JobCancelView(APIView):
         responses={200: JobDetailSerializer, 409: ErrorSerializer, 503: ErrorSerializer},
     )
     def post(self, request, slurm_id: int):
-        job = job_for(request.user, slurm_id)
+        job = api_job(request, slurm_id)
         try:
             job = services.cancel_job(request.user, job)
         except services.JobNotActive as error:
@@ -213,7 +241,7 @@ class JobTimelineView(APIView):
         )
     )
     def get(self, request, slurm_id: int):
-        timeline = build_timeline(job_for(request.user, slurm_id))
+        timeline = build_timeline(api_job(request, slurm_id))
         return Response(
             {
                 "job": timeline.job.slurm_id,

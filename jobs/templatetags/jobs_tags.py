@@ -1,11 +1,13 @@
 import re
 
 from django import template
+from django.urls import reverse
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
 from jobs.access import can_view_script
 from jobs.output import STREAMS
+from jobs.queries import job_url as _job_url
 from jobs.reasons import plain_reason as _plain_reason
 
 register = template.Library()
@@ -35,20 +37,37 @@ def output_streams(context, job) -> list[tuple[str, str]]:
 
 
 @register.filter
-def job_link(slurm_id) -> str:
+def job_url(job, page: str = "") -> str:
+    """The job's page at its cluster address: `{{ job|job_url }}`, `{{ job|job_url:"story" }}`."""
+    return _job_url(job, page)
+
+
+def _job_path(slurm_id, cluster: str = "") -> str:
+    # Without a cluster, the address by id alone: it leads on, or asks which cluster.
+    if cluster:
+        return reverse("cluster-job", args=[cluster, int(slurm_id)])
+    return reverse("job-detail", args=[int(slurm_id)])
+
+
+@register.filter
+def job_link(slurm_id, cluster: str = "") -> str:
+    """A link to job SLURM_ID's page, on CLUSTER where the page knows it."""
     if slurm_id in (None, ""):
         return "—"
-    return format_html('<a href="/jobs/{}/">{}</a>', slurm_id, slurm_id)
+    return format_html('<a href="{}">{}</a>', _job_path(slurm_id, cluster), slurm_id)
 
 
 @register.filter(needs_autoescape=True)
-def link_job_ids(message, autoescape=True) -> str:
-    """MESSAGE, escaped, with the job ids it names linked to their job pages."""
+def link_job_ids(message, cluster: str = "", autoescape=True) -> str:
+    """MESSAGE, escaped, with the job ids it names linked to their job pages (on
+    CLUSTER, where the page knows which)."""
     text = conditional_escape(message if message is not None else "")
 
     def link_ids(match: re.Match) -> str:
         before, ids = (match[1], match[2]) if match[1] is not None else (match[3], match[4])
-        return before + JOB_ID.sub(lambda m: f'<a href="/jobs/{m[0]}/">{m[0]}</a>', ids)
+        return before + JOB_ID.sub(
+            lambda m: f'<a href="{_job_path(m[0], cluster)}">{m[0]}</a>', ids
+        )
 
     # Only digits after a keyword and a space are linked; an entity such as &#x27; never
     # follows a space, so linking after escaping cannot break the markup.

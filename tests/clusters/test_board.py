@@ -58,7 +58,7 @@ def test_the_node_page_shows_gpus_jobs_and_state_changes(client, researcher, sim
     sim.drain_node("gpu-02", "medbay: XID 79 GPU 3")
     synced()
     login(client, researcher)
-    response = client.get(reverse("node-detail", args=["gpu-02"]))
+    response = client.get(reverse("node-detail", args=["gpu-02"]), follow=True)
     html = response.content.decode()
     assert response.status_code == 200
     assert "medbay: XID 79 GPU 3" in html
@@ -68,7 +68,7 @@ def test_the_node_page_shows_gpus_jobs_and_state_changes(client, researcher, sim
 
 def test_an_unknown_node_is_a_404_page_not_a_traceback(client, researcher, synced):
     login(client, researcher)
-    response = client.get(reverse("node-detail", args=["gpu-99"]))
+    response = client.get(reverse("node-detail", args=["gpu-99"]), follow=True)
     assert response.status_code == 404
 
 

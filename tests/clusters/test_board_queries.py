@@ -43,7 +43,7 @@ def test_tiles_escape_reasons_and_link_each_node_to_its_page(client, researcher,
     assert "<script>alert" not in html
     assert "medbay: &lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
     assert 'title="GPU 3: failed: XID 79 &lt;b&gt;off the bus&lt;/b&gt;"' in html
-    assert f'href="{reverse("node-detail", args=["gpu-02"])}"' in html
+    assert f'href="{reverse("cluster-node", args=["test", "gpu-02"])}"' in html
 
 
 def test_everyone_with_a_role_joins_the_lists_groups_which_carry_no_rows(

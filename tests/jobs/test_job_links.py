@@ -60,9 +60,9 @@ def run_with_steps(running_job):
 def test_the_node_page_links_its_jobs(login, admin_user, running_job):
     node = Node.objects.get(jobs__slurm_id=running_job)
 
-    page = login(admin_user).get(f"/nodes/{node.name}/").content.decode()
+    page = login(admin_user).get(f"/nodes/{node.name}/", follow=True).content.decode()
 
-    assert f'<a href="/jobs/{running_job}/">{running_job}</a>' in page
+    assert f'<a href="/jobs/test/{running_job}/">{running_job}</a>' in page
     assert no_none(page) == []
 
 
@@ -71,15 +71,15 @@ def test_a_runs_steps_link_the_jobs_they_name_and_use_human_labels(
 ):
     page = login(admin_user).get(f"/remediation/{run_with_steps.pk}/").content.decode()
 
-    assert f'to job(s) <a href="/jobs/{running_job}/">{running_job}</a>, ' in page
-    assert f'requeued <a href="/jobs/{running_job}/">{running_job}</a>' in page
+    assert f'to job(s) <a href="/jobs/test/{running_job}/">{running_job}</a>, ' in page
+    assert f'requeued <a href="/jobs/test/{running_job}/">{running_job}</a>' in page
     assert "Signal jobs" in page and "Reset GPU" in page
     assert [code for code in RAW_CODES if f">{code}<" in page or f"{code} →" in page] == []
     assert no_none(page) == []
 
 
 def test_a_running_jobs_row_shows_no_none_for_slurms_empty_reason(login, researcher, running_job):
-    page = login(researcher).get(f"/jobs/{running_job}/").content.decode()
+    page = login(researcher).get(f"/jobs/{running_job}/", follow=True).content.decode()
     row = re.search(r'<tr id="job-\d+".*?</tr>', page, re.S)[0]
 
     assert ">None<" not in row
@@ -141,4 +141,4 @@ def test_the_action_page_names_the_action_by_its_label_and_links_affected_jobs(
 
     assert "Start Move to inference</button>" in page
     assert "To_inference" not in page and "Start to_inference" not in page
-    assert f'<a href="/jobs/{running_job}/">{running_job}</a>' in page
+    assert f'<a href="/jobs/test/{running_job}/">{running_job}</a>' in page

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def page_of(client, slurm_id: int) -> str:
-    return html.unescape(client.get(f"/jobs/{slurm_id}/").content.decode())
+    return html.unescape(client.get(f"/jobs/{slurm_id}/", follow=True).content.decode())
 
 
 def test_gpu_hours_are_never_negative_when_slurm_starts_a_job_a_moment_after_our_now(
@@ -104,7 +104,7 @@ def test_cancelling_a_job_asks_first_and_a_bare_post_cancels_nothing(
     synced(timedelta(seconds=1))
     client = login(researcher)
 
-    page = client.get(f"/jobs/{slurm_id}/").content.decode()
+    page = client.get(f"/jobs/{slurm_id}/", follow=True).content.decode()
     bare = client.post(f"/jobs/{slurm_id}/cancel", follow=True)
     still = sim.job(slurm_id).state
     confirmed = client.post(f"/jobs/{slurm_id}/cancel", {"confirm": "yes"}, follow=True)

@@ -46,7 +46,7 @@ def test_the_owner_is_emailed_when_remediation_requeued_their_job(job_and_run):
     assert "Job 1234 (llm) was requeued" in message.subject
     assert "replace of gpu-02" in message.body
     assert "XID 79 on GPU 3" in message.body
-    assert "/jobs/1234/" in message.body
+    assert "/jobs/test/1234/" in message.body
 
 
 def test_a_configured_webhook_gets_slack_compatible_text(job_and_run, researcher, webhook):

@@ -68,7 +68,7 @@ def test_another_researcher_is_told_there_is_no_such_job(login, other_researcher
 
 def test_a_manager_is_told_the_output_is_private(login, manager, alices_job):
     client = login(manager)
-    page = client.get(f"/jobs/{alices_job}/").content.decode()
+    page = client.get(f"/jobs/{alices_job}/", follow=True).content.decode()
     panel = client.get(f"/jobs/{alices_job}/output/?stream=stdout")
 
     assert "output is private" in page
@@ -81,11 +81,11 @@ def test_a_manager_is_told_the_output_is_private(login, manager, alices_job):
 def test_the_owners_job_page_loads_both_panels_with_links_that_work_without_javascript(
     login, researcher, alices_job
 ):
-    page = login(researcher).get(f"/jobs/{alices_job}/").content.decode()
+    page = login(researcher).get(f"/jobs/{alices_job}/", follow=True).content.decode()
 
-    assert f'hx-get="/jobs/{alices_job}/output/?stream=stdout" hx-trigger="load"' in page
-    assert f'hx-get="/jobs/{alices_job}/output/?stream=stderr" hx-trigger="load"' in page
-    assert f'href="/jobs/{alices_job}/output/raw?stream=stdout"' in page
+    assert f'hx-get="/jobs/test/{alices_job}/output/?stream=stdout" hx-trigger="load"' in page
+    assert f'hx-get="/jobs/test/{alices_job}/output/?stream=stderr" hx-trigger="load"' in page
+    assert f'href="/jobs/test/{alices_job}/output/raw?stream=stdout"' in page
 
 
 def test_the_plain_text_view_is_text_plain_and_never_sniffed(login, researcher, alices_job):

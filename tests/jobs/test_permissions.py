@@ -39,7 +39,7 @@ def test_viewing_a_job_and_its_script(
     client = login(user[who])
 
     api = client.get(f"/api/v1/jobs/{alices_job}/")
-    page = client.get(f"/jobs/{alices_job}/")
+    page = client.get(f"/jobs/{alices_job}/", follow=True)
 
     assert api.status_code == status
     assert page.status_code == status

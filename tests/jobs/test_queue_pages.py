@@ -64,11 +64,11 @@ def test_a_queue_row_links_only_to_a_job_its_viewer_may_open(login, researcher, 
 
     queue = alice.get("/jobs/")
 
-    assert 'href="/jobs/1/"' in row(queue, 1)
-    assert 'href="/jobs/2/"' not in row(queue, 2)  # bob's page answers alice 404
-    assert alice.get("/jobs/2/").status_code == 404
+    assert 'href="/jobs/test/1/"' in row(queue, 1)
+    assert 'href="/jobs/test/2/"' not in row(queue, 2)  # bob's page answers alice 404
+    assert alice.get("/jobs/2/", follow=True).status_code == 404
     staff = login(manager).get("/jobs/")
-    assert 'href="/jobs/2/"' in row(staff, 2) and 'href="/jobs/1/"' in row(staff, 1)
+    assert 'href="/jobs/test/2/"' in row(staff, 2) and 'href="/jobs/test/1/"' in row(staff, 1)
 
 
 def test_with_private_data_jobs_other_users_details_are_hidden(
@@ -94,7 +94,7 @@ def test_with_private_data_jobs_other_users_details_are_hidden(
 def test_a_researcher_still_cannot_open_a_hidden_job(login, researcher, cluster, private_jobs):
     make_job(cluster, 2, user="bob", name="secret-run")
 
-    assert login(researcher).get("/jobs/2/").status_code == 404
+    assert login(researcher).get("/jobs/2/", follow=True).status_code == 404
 
 
 def test_admins_and_managers_see_every_detail_despite_private_data(
@@ -357,7 +357,7 @@ def test_the_job_page_and_live_rows_keep_the_row_id_state_cell_and_gpu_hours(
         cluster, 5, state="COMPLETED", gpus=8, start_at=T0, end_at=T0 + timedelta(hours=1)
     )
 
-    page = login(researcher).get("/jobs/5/").content.decode()
+    page = login(researcher).get("/jobs/5/", follow=True).content.decode()
     live = (
         login(researcher)
         .get("/jobs/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="job-rows")

@@ -337,7 +337,7 @@ def test_restarts_before_medbay_watched_are_counted_as_slurm_counts(login, job, 
 def test_the_job_page_shows_the_summary(login, job, researcher):
     requeue_and_resume(job)
 
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "Job 1234 restarted at 10:02 because someone requeued it" in page
 
@@ -424,7 +424,7 @@ def test_a_requeued_job_waiting_to_start_again_shows_when_it_first_started(login
     Job.objects.filter(pk=job.pk).update(state="PENDING", start_at=None, restart_count=1)
     history(job, ("RUNNING", "PENDING", at(10, 2)), restarts=1)
 
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "waiting to start again" in page
     assert "<dt>First started</dt><dd>2026-03-01 09:00:00</dd>" in page
@@ -491,12 +491,11 @@ def test_a_finished_jobs_nodes_come_from_its_history_or_say_they_were_not_record
     history(other, ("RUNNING", "COMPLETED", at(10, 0)), nodes=())
     client = login(researcher)
 
-    from_history = client.get("/jobs/1234/").content.decode()
-    unrecorded = client.get("/jobs/99/").content.decode()
+    from_history = client.get("/jobs/1234/", follow=True).content.decode()
+    unrecorded = client.get("/jobs/99/", follow=True).content.decode()
 
-    assert '<dd id="job-nodes"><a href="/nodes/gpu-02/">gpu-02</a>, <a href="/nodes/gpu-03/">' in (
-        from_history
-    )
+    nodes = '<a href="/nodes/test/gpu-02/">gpu-02</a>, <a href="/nodes/test/gpu-03/">'
+    assert f'<dd id="job-nodes">{nodes}' in from_history
     assert '<dd id="job-nodes">4 (which ones was not recorded)</dd>' in unrecorded
 
 
@@ -506,7 +505,7 @@ def test_a_job_without_its_own_time_limit_shows_the_partitions(login, job, resea
     Partition.objects.create(cluster=cluster, name="train", max_time_minutes=7 * 24 * 60)
     Job.objects.filter(pk=job.pk).update(partition="train", time_limit_minutes=None)
 
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "<dt>Time limit</dt><dd>7 d (the partition's)</dd>" in page
 
@@ -515,14 +514,14 @@ def test_lost_work_is_given_in_gpu_hours(login, job, researcher):
     checkpoints(job)
     requeue_and_resume(job)
 
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "<th>Lost work (GPU-h)</th>" in page
 
 
 def test_a_running_row_seen_after_slurms_start_says_when_slurm_started_it(login, job, researcher):
     # The fixture's job: the sync saw it RUNNING at 09:00, Slurm says it started at 10:07.
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "PENDING → RUNNING" in page
     assert "; Slurm started it at 10:07:00" in page
@@ -535,7 +534,7 @@ def test_progress_reports_number_attempts_from_one(login, job, researcher):
         job=job, step=20, checkpoint_saved=True, reported_at=at(10, 30), restart_count=1
     )
 
-    page = login(researcher).get("/jobs/1234/").content.decode()
+    page = login(researcher).get("/jobs/1234/", follow=True).content.decode()
 
     assert "<td>10</td><td>saved</td><td>1</td>" in page
     assert "<td>20</td><td>saved</td><td>2</td>" in page

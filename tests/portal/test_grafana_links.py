@@ -29,7 +29,7 @@ def logged_in(user) -> Client:
 def test_a_node_page_links_to_the_dashboard_filtered_to_the_node(synced, researcher, settings):
     settings.MEDBAY_GRAFANA_URL = "https://grafana.example.org/g"
 
-    response = logged_in(researcher).get("/nodes/gpu-02/")
+    response = logged_in(researcher).get("/nodes/gpu-02/", follow=True)
 
     link = urlsplit(grafana_link(response))
     assert (link.scheme, link.netloc, link.path) == (
@@ -79,5 +79,5 @@ def test_without_a_grafana_address_no_page_links_out(synced, admin_user, setting
         node=Node.objects.get(name="gpu-03"), action="drain", trigger="admin", reason="test"
     )
 
-    assert grafana_link(logged_in(admin_user).get("/nodes/gpu-03/")) is None
+    assert grafana_link(logged_in(admin_user).get("/nodes/gpu-03/", follow=True)) is None
     assert grafana_link(logged_in(admin_user).get(f"/remediation/{run.pk}/")) is None

@@ -91,5 +91,5 @@ def test_the_node_page_says_an_incident_was_cleared_and_why(
         check("gpu-03", "nvlink", "fail")
         check("gpu-03", "nvlink", "pass")
     client.force_login(admin_user)
-    page = client.get("/nodes/gpu-03/").content.decode()
+    page = client.get("/nodes/gpu-03/", follow=True).content.decode()
     assert "cleared with no action: check nvlink passed again at" in page

@@ -24,7 +24,7 @@ def test_the_board_tile_says_who_holds_the_node(admin_drained, web, researcher):
 
 
 def test_the_node_page_shows_the_holder_and_who_set_the_reason(admin_drained, web, admin_user):
-    page = web(admin_user).get("/nodes/gpu-03/").content.decode()
+    page = web(admin_user).get("/nodes/gpu-03/", follow=True).content.decode()
 
     assert "Held out of service by" in page
     assert "maint PSU swap (root, " in page
@@ -38,7 +38,7 @@ def test_an_admin_marks_a_drained_node_in_repair_from_its_page(admin_drained, we
     assert response.status_code == 302
     node = Node.objects.get(name="gpu-03")
     assert (node.status, node.repair_note) == (NodeStatus.IN_REPAIR, "ticket HW-12")
-    page = web(admin_user).get("/nodes/gpu-03/").content.decode()
+    page = web(admin_user).get("/nodes/gpu-03/", follow=True).content.decode()
     assert "In repair since" in page and "ticket HW-12" in page
 
 

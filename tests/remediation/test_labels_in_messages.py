@@ -53,7 +53,7 @@ def test_the_node_page_and_the_boards_problem_list_name_the_action_in_words(
     )
     client.force_login(admin_user)
 
-    node_page = client.get("/nodes/gpu-03/").content.decode()
+    node_page = client.get("/nodes/gpu-03/", follow=True).content.decode()
     board = client.get("/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="fleet-problems")
 
     assert "Medbay (Return to service)" in node_page

@@ -75,7 +75,7 @@ def test_an_incident_whose_decision_fails_is_retried_then_shown_undecidable_and_
     queue = client.get("/remediation/approvals/").content.decode()
     assert "Incidents that could not be decided" in queue
     assert f"incident {bad} opened" in queue and "could not be decided: TypeError" in queue
-    node_page = client.get("/nodes/gpu-01/").content.decode()
+    node_page = client.get("/nodes/gpu-01/", follow=True).content.decode()
     assert "could not be decided: TypeError" in node_page
 
     # Once the record is fixed, "try again" decides it.

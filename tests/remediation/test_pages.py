@@ -280,11 +280,12 @@ def test_the_node_page_offers_actions_to_admins_only_and_lists_its_runs(
     admin_user, researcher, web, synced
 ):
     run = create_run("gpu-05", action="to_training")
-    admin_page = web(admin_user).get("/nodes/gpu-05/").content.decode()
-    assert 'href="/nodes/gpu-05/actions/drain/"' in admin_page
-    assert 'href="/nodes/gpu-05/actions/to_inference/"' not in admin_page  # not a training node
+    admin_page = web(admin_user).get("/nodes/gpu-05/", follow=True).content.decode()
+    assert 'href="/nodes/test/gpu-05/actions/drain/"' in admin_page
+    # Not a training node:
+    assert 'href="/nodes/test/gpu-05/actions/to_inference/"' not in admin_page
     assert f'href="/remediation/{run.pk}/"' in admin_page
-    researcher_page = web(researcher).get("/nodes/gpu-05/").content.decode()
+    researcher_page = web(researcher).get("/nodes/gpu-05/", follow=True).content.decode()
     assert "/actions/" not in researcher_page
     assert f'href="/remediation/{run.pk}/"' in researcher_page
 

@@ -248,7 +248,7 @@ def test_the_node_page_lists_requests_with_their_run_or_refusal(sim, look, web, 
     sim.drain_node("gpu-03", "Action:Frobnicate")
     look()
     look()
-    page = web(admin_user).get("/nodes/gpu-03/").content.decode()
+    page = web(admin_user).get("/nodes/gpu-03/", follow=True).content.decode()
     assert "Requests from Slurm" in page
     assert "<q>Action:Frobnicate</q>" in page
     assert "refused: unknown request word" in page

@@ -58,6 +58,10 @@ ACCESS: dict[str, Access] = {
     "board": page(get=MEDBAY),
     "fleet-data": page(get=MEDBAY),
     "node-detail": page(get=MEDBAY),
+    "cluster-node": page(get=MEDBAY),
+    # Which cluster the pages show (the header's switcher), and all clusters at a glance.
+    "cluster-choose": page(post=MEDBAY),
+    "cluster-overview": page(get=MEDBAY),
     "event-feed": page(get=MEDBAY),
     "xid-catalogue": page(get=MEDBAY),
     "xid-detail": page(get=MEDBAY),
@@ -74,6 +78,13 @@ ACCESS: dict[str, Access] = {
     # Output files: the owner and admins only; managers are told it is private (403).
     "job-output": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
     "job-output-raw": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    # The same pages at the job's cluster address.
+    "cluster-job": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "cluster-job-story": page(get=OWNER_AND_WATCHERS, not_found=OTHERS_JOB),
+    "cluster-job-resubmit": page(get=OWNER_AND_ADMIN, post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "cluster-job-cancel": page(post=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "cluster-job-output": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
+    "cluster-job-output-raw": page(get=OWNER_AND_ADMIN, not_found=OTHERS_JOB),
     # Remediation.
     "remediation-list": page(get=MEDBAY),
     "remediation-detail": page(get=MEDBAY),
@@ -96,6 +107,7 @@ ACCESS: dict[str, Access] = {
     "demand-policies": page(get=ADMINS),
     "demand-policy-new": page(get=ADMINS, post=ADMINS),
     "demand-policy-edit": page(get=ADMINS, post=ADMINS),
+    "cluster-node-action": page(get=ADMINS, post=ADMINS),
     # Tokens: everyone their own; agent tokens for nodes are admins' business.
     "api-tokens": page(get=MEDBAY, post=MEDBAY),
     "api-token-revoke": page(post=MEDBAY),
@@ -105,6 +117,7 @@ ACCESS: dict[str, Access] = {
     "agent-tokens": page(get=ADMINS, post=ADMINS),
     "agent-token-revoke": page(post=ADMINS),
     "node-repair": page(post=ADMINS),
+    "cluster-node-repair": page(post=ADMINS),
     "partition-edits": page(get=ADMINS, post=ADMINS),
     "cluster-list": page(get=ADMINS),
     "cluster-new": page(get=ADMINS, post=ADMINS),

@@ -37,7 +37,7 @@ def test_the_owner_sees_the_set_up_lines(login, researcher, secret_job):
     client = login(researcher)
 
     api = client.get(f"/api/v1/jobs/{secret_job}/").json()
-    page = client.get(f"/jobs/{secret_job}/").content.decode()
+    page = client.get(f"/jobs/{secret_job}/", follow=True).content.decode()
 
     assert api["params"]["env_setup"] == [SECRET]
     assert SECRET in api["script"]
@@ -51,7 +51,7 @@ def test_others_who_may_see_the_job_see_that_set_up_lines_exist_but_not_what_the
     client = login({"manager": manager, "admin": admin_user}[who])
 
     api = client.get(f"/api/v1/jobs/{secret_job}/")
-    page = client.get(f"/jobs/{secret_job}/")
+    page = client.get(f"/jobs/{secret_job}/", follow=True)
 
     assert api.status_code == page.status_code == 200
     assert "sk-live-123" not in api.content.decode()
