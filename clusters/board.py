@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote
 
+from django.db.models import Exists, OuterRef
 from django.urls import reverse
 
-from clusters.models import Gpu, GpuHealth, Node, NodeStatus
+from clusters.models import Cluster, Gpu, GpuHealth, Node, NodeStatus
 
 OUT_OF_SERVICE = frozenset(
     {
@@ -140,6 +141,13 @@ _CLUSTER_MARKER = "medbay-cluster-name"
 def _node_url_template() -> str:
     # Not cached across calls: the script prefix is per request/thread.
     return reverse("cluster-node", args=[_CLUSTER_MARKER, _NAME_MARKER])
+
+
+def tiles_qualified() -> bool:
+    """Whether a board of all clusters names its tiles by cluster too: where more than
+    one cluster has nodes, two of them may share a name (one small query)."""
+    with_nodes = Cluster.objects.filter(Exists(Node.objects.filter(cluster=OuterRef("pk"))))
+    return with_nodes[:2].count() > 1
 
 
 def tile_id(row: dict, *, qualified: bool = False) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from django.template.loader import render_to_string
 
-from clusters.board import BoardFilter, board_rows, render_tiles
+from clusters.board import BoardFilter, board_rows, render_tiles, tiles_qualified
 from clusters.canvas import delta as fleet_delta
 from clusters.models import Cluster
 from core import live
@@ -37,7 +37,7 @@ def _publish_nodes_now(node_ids: list[int]) -> None:
     for row in rows:
         by_cluster.setdefault(row["cluster_id"], []).append(row)
     # A board of all clusters names its tiles by cluster too where two may share a name.
-    several = Cluster.objects.count() > 1
+    several = tiles_qualified()
     for cluster_id, changed in by_cluster.items():
         _publish_to(live.cluster_group, cluster_id, changed, gpus, qualified=False)
         live.poke_node_pages((row["name"] for row in changed), cluster_id)

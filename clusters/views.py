@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from clusters import canvas, configure
 from clusters.addresses import asks_which_cluster, node_at, node_named, node_url
-from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles
+from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles, tiles_qualified
 from clusters.config import ClusterConfig, ClusterConfigError
 from clusters.forms import ClusterForm, initial_for
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
@@ -59,7 +59,7 @@ def _board(request):
         return _fleet(request, node_filter)
     rows, gpus = board_rows(node_filter)
     # As clusters.live sends them to the boards of all clusters.
-    qualified = node_filter.cluster_id is None and Cluster.objects.count() > 1
+    qualified = node_filter.cluster_id is None and tiles_qualified()
     context = {
         "tiles": render_tiles(rows, gpus, qualified=qualified),
         "node_count": len(rows),

@@ -401,7 +401,35 @@ def demand_proposal(cluster, sim, command) -> dict:
     return {"run": run.pk, "sentence": run.context["demand"]["sentence"]}
 
 
+def second_cluster(cluster, sim, command) -> dict:
+    """A second simulated cluster configured in the table (as `manage.py cluster add`
+    makes one), with its own simulator, nodes and a running job of alice's."""
+    from clusters.backends import registry
+    from clusters.backends.base import JobSubmission
+    from clusters.config import ClusterConfig
+    from clusters.configure import add_cluster
+    from clusters.models import Cluster
+    from sync.cycle import apply_snapshot
+
+    name = command.get("name", "e2e-b")
+    second = Cluster.objects.filter(name=name).first() or add_cluster(
+        name, ClusterConfig(), by="e2e"
+    )
+    backend = registry.backend_for(second)
+    backend.fault_rate_per_gpu_day = 0
+    script = (
+        "#!/bin/bash\n#SBATCH --job-name=on-second\n#SBATCH --partition=train\n"
+        "#SBATCH --nodes=1\nsrun sleep 600\n"
+    )
+    job = backend.submit_job(JobSubmission(script=script, user="alice"))
+    backend.advance(timedelta(seconds=30))
+    apply_snapshot(second, backend.partitions(), backend.nodes(), backend.jobs())
+    node = backend.nodes()[0].name
+    return {"cluster": second.name, "job": job, "node": node}
+
+
 COMMANDS = {
+    "second_cluster": second_cluster,
     "sync": sync,
     "drain": drain,
     "resume": resume,

@@ -52,7 +52,7 @@ def test_cancelling_a_job_asks_for_confirmation_first(page, portal):
     expect(page.locator("#cancel-job-confirm")).to_contain_text("work since its last checkpoint")
     expect(page.locator(".jobstate").first).to_have_text("RUNNING")
     # A live update of the job's story while she decides keeps the question open.
-    with page.expect_response(f"**/jobs/{job}/story"):
+    with page.expect_response(f"**/jobs/e2e/{job}/story"):
         page.evaluate("() => htmx.trigger('#job-story', 'medbay:refresh')")
     expect(confirm).to_be_visible()
     ARTIFACTS.mkdir(exist_ok=True)

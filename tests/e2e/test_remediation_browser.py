@@ -26,7 +26,7 @@ def test_an_admin_replaces_a_node_and_watches_its_timeline_fill_in_live(page, po
 
     page.goto(f"{portal.url}/nodes/{node}/")
     page.locator(".node-actions").get_by_role("link", name="Replace").click()
-    expect(page).to_have_url(f"{portal.url}/nodes/{node}/actions/replace/")
+    expect(page).to_have_url(f"{portal.url}/nodes/e2e/{node}/actions/replace/")
     impact = page.locator(".impact")
     expect(impact).to_contain_text("1 running job of 1 user (bob) on 8 GPUs")
     expect(impact.locator("tr.affected-job")).to_contain_text("e2e-replace-me")
