@@ -81,13 +81,6 @@ class TokenRefused(Exception):
         self.ended = ended
 
 
-def current_cluster() -> Cluster:
-    cluster = Cluster.objects.order_by("pk").first()
-    if cluster is None:
-        cluster = Cluster.objects.create(name="default", backend=settings.MEDBAY_BACKEND)
-    return cluster
-
-
 def submit_job(
     user, params: JobParams, *, run_as: str | None = None, cluster: Cluster | None = None
 ) -> Job:
@@ -95,7 +88,7 @@ def submit_job(
     account there (or `run_as`); returns the Job row."""
     if not can_submit(user):
         raise PermissionDenied("Your role cannot submit jobs.")
-    cluster = cluster or current_cluster()
+    cluster = cluster or cluster_accounts.default_cluster()
     unix_user = run_as or cluster_accounts.unix_user_on(user, cluster)
     if unix_user is None:
         raise RunAsRefused(

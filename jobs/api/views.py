@@ -62,7 +62,7 @@ def bind_form(payload, initial: dict | None = None, *, user=None, cluster=None) 
         cluster = cluster_accounts.chosen_cluster(offered, data.get("cluster"))
         form = JobForm(data, cluster=cluster, clusters=offered)
     else:
-        cluster = cluster or services.current_cluster()
+        cluster = cluster or cluster_accounts.default_cluster()
         data["cluster"] = cluster.name  # a resubmitted job runs where it ran
         form = JobForm(data, cluster=cluster)
     if not form.is_valid():

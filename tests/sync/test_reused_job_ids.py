@@ -53,7 +53,7 @@ def test_the_researchers_page_shows_her_job_not_the_older_one(client, researcher
     apply_snapshot(cluster, [], [], [new])
 
     client.force_login(researcher)
-    page = client.get("/jobs/1000/")
+    page = client.get("/jobs/1000/", follow=True)  # to its cluster address
 
     assert page.status_code == 200
     assert "alices-new-run" in page.content.decode()
@@ -70,13 +70,12 @@ def test_a_submission_given_a_finished_jobs_id_never_takes_over_its_record(
     apply_snapshot(cluster, [], [], [OLD])
     old = Job.objects.get(slurm_id=1000)
     monkeypatch.setattr(sim, "submit_job", lambda submission: 1000)
-    monkeypatch.setattr(services, "current_cluster", lambda: cluster)
     params = JobParams(
         job_name="alices-new-run", partition="train", nodes=1, gpus_per_node=1,
         workdir="/home/alice", command="train.py", time_limit=60,
     )  # fmt: skip
 
-    job = services.submit_job(researcher, params)
+    job = services.submit_job(researcher, params, cluster=cluster)
 
     old.refresh_from_db()
     assert job.pk != old.pk and job.user == "alice" and job.submitted_by == researcher
