@@ -259,21 +259,25 @@ def accounting_ettr(attempts: list[AccountingJob]) -> JobEttr | None:
     return result
 
 
-def restarted_accounting_jobs(start: datetime, end: datetime) -> list[JobEttr]:
+def restarted_accounting_jobs(
+    start: datetime, end: datetime, *, cluster_id: int | None = None
+) -> list[JobEttr]:
     """ETTR of each requeued job Medbay has only accounting records of, that ended in
-    [START, END): its final attempt and the REQUEUED attempts just before it, in two
-    queries. Jobs that never restarted are summed by the report in SQL instead."""
+    [START, END) (in the cluster CLUSTER_ID, or any): its final attempt and the REQUEUED
+    attempts just before it, in two queries. Jobs that never restarted are summed by the
+    report in SQL instead."""
+    records = AccountingJob.objects.all()
+    if cluster_id is not None:
+        records = records.filter(cluster_id=cluster_id)
     finals = list(
-        AccountingJob.objects.filter(
-            job__isnull=True, restarts__gt=0, end_at__gte=start, end_at__lt=end
-        )
+        records.filter(job__isnull=True, restarts__gt=0, end_at__gte=start, end_at__lt=end)
         .exclude(state=JobState.REQUEUED)
         .order_by("cluster_id", "slurm_id", "submit_at")
     )
     if not finals:
         return []
     earlier: dict[tuple[int, int], list[AccountingJob]] = defaultdict(list)
-    requeued = AccountingJob.objects.filter(
+    requeued = records.filter(
         state=JobState.REQUEUED,
         slurm_id__in={final.slurm_id for final in finals},
         submit_at__lt=max(final.submit_at for final in finals),

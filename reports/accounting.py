@@ -43,7 +43,8 @@ def usage_rows(span: Span, group: str) -> list[dict]:
     """One dict of sums per group value over SPAN, computed by the database."""
     ended = Q(end_at__gte=span.start, end_at__lt=span.end) & ~Q(state="REQUEUED")
     records = (
-        AccountingJob.objects.filter(end_at__gt=span.start)
+        span.of_cluster(AccountingJob.objects, "cluster")
+        .filter(end_at__gt=span.start)
         # An attempt that never started used nothing; it counts only as a job ended.
         .filter(Q(start_at__lt=span.data_end) | Q(start_at__isnull=True, end_at__lt=span.end))
         .annotate(**span.clip(Coalesce(F("start_at"), F("end_at")), F("end_at")))

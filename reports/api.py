@@ -6,6 +6,7 @@ import csv
 import io
 
 from django.http import HttpResponse
+from django.utils.text import get_valid_filename
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.exceptions import NotFound, ValidationError
@@ -16,7 +17,7 @@ from rest_framework.views import APIView
 from core.roles import Role, has_role
 from reports.base import Report, Table
 from reports.catalog import REPORTS, compute
-from reports.params import ReportForm
+from reports.params import ALL, report_form
 
 PARAMETERS = [
     OpenApiParameter("start", OpenApiTypes.DATE, description="first day (default: 30 days ago)"),
@@ -25,6 +26,9 @@ PARAMETERS = [
         "group_by", str, enum=["day", "week", "partition", "pool", "account", "user", "qos"]
     ),
     OpenApiParameter("bucket", str, enum=["day", "week"], description="time bucket with a group"),
+    OpenApiParameter(
+        "cluster", str, description="a cluster's name; absent or `all`: every cluster combined"
+    ),
 ]
 
 
@@ -48,6 +52,8 @@ def report_json(report: Report) -> dict:
         "end": query.end.isoformat(),
         "group_by": query.group_by,
         "bucket": query.bucket,
+        # The cluster read, or "all" when every cluster is combined.
+        "cluster": query.cluster or ALL,
         "summary": report.summary,
         "message": report.message,
         "notes": report.notes,
@@ -83,7 +89,7 @@ class ReportView(APIView):
     def _report(self, request, name: str) -> Report:
         if name not in REPORTS:
             raise NotFound(f"No report named {name!r}; try one of {', '.join(REPORTS)}.")
-        form = ReportForm(request.query_params)
+        form = report_form(request)
         if not form.is_valid():
             errors = {field: [str(error) for error in errs] for field, errs in form.errors.items()}
             raise ValidationError(errors)
@@ -107,6 +113,8 @@ class ReportCsvView(ReportView):
             names = ", ".join(table.name for table in report.tables)
             raise ValidationError({"table": [f"Choose one of: {names}."]}) from None
         response = HttpResponse(table_csv(table), content_type="text/csv; charset=utf-8")
-        filename = f"{report.name}-{table.name}-{report.query.start}-{report.query.end}.csv"
+        query = report.query
+        scope = f"-{get_valid_filename(query.cluster)}" if query.cluster else ""
+        filename = f"{report.name}-{table.name}{scope}-{query.start}-{query.end}.csv"
         response["Content-Disposition"] = f'attachment; filename="{filename}"'
         return response

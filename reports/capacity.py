@@ -25,6 +25,7 @@ from reports.intervals import (
     Span,
     bucketed_and_per_node,
     bucketed_sums,
+    node_label,
     node_state_intervals,
     summed,
 )
@@ -55,7 +56,7 @@ def node_seconds(span: Span, group: str) -> dict[tuple[str, str], list[float]]:
 def node_seconds_and_hours(span: Span, group: str) -> tuple[dict, list[dict]]:
     """`node_seconds` and `node_hours` (every node, most downtime first) from one scan."""
     raw, edge = node_sources(span)
-    rows = node_state_intervals(raw).annotate(g=_node_key(group), node_name=F("node__name"))
+    rows = node_state_intervals(raw).annotate(g=_node_key(group), node_name=node_label(span))
     sums, nodes = bucketed_and_per_node(rows, span, ["g", "status"], _node_sums())
     nodes = _ranked(_with_totals(nodes, node_totals(span, edge)))
     return _merge_groups(_with(sums, fleet_seconds(span, edge, group)), group), nodes
@@ -110,7 +111,7 @@ def job_seconds(span: Span, group: str) -> dict[str, list[float]]:
         for (name,), values in sums.items():
             _add(merged, name or "", values)
     if group == "pool":
-        pools = pool_of_partition()
+        pools = pool_of_partition(span)
         regrouped: dict[str, list[float]] = {}
         for name, values in merged.items():
             _add(regrouped, pools.get(name, name), values)
@@ -118,10 +119,12 @@ def job_seconds(span: Span, group: str) -> dict[str, list[float]]:
     return merged
 
 
-def pool_of_partition() -> dict[str, str]:
+def pool_of_partition(span: Span) -> dict[str, str]:
     pools = {name: str(kind) for name, kind in POOL_FOR_PARTITION.items()}
     pools.update(
-        NodePool.objects.filter(partition__isnull=False).values_list("partition__name", "kind")
+        span.of_cluster(NodePool.objects, "cluster")
+        .filter(partition__isnull=False)
+        .values_list("partition__name", "kind")
     )
     return pools
 
@@ -287,7 +290,7 @@ def availability(query: ReportQuery) -> Report:
 def node_hours(span: Span, *, limit: int | None = None) -> list[dict]:
     """Per node: seconds down (out of service) and installed, most downtime first."""
     raw, edge = node_sources(span)
-    rows = node_state_intervals(raw).annotate(node_name=F("node__name"))
+    rows = node_state_intervals(raw).annotate(node_name=node_label(span))
     nodes = summed(
         rows,
         ["node_name", "status", "w", "s_off", "e_off"],

@@ -104,7 +104,8 @@ class Totals:
 def _medbay_jobs(span: Span):
     ended = Q(end_at__gte=span.start, end_at__lt=span.data_end)
     active = Q(end_at__isnull=True, updated_at__gte=span.start)
-    return Job.objects.filter(ended | active).filter(start_at__isnull=False, gpus__gt=0)
+    jobs = span.of_cluster(Job.objects, "cluster")
+    return jobs.filter(ended | active).filter(start_at__isnull=False, gpus__gt=0)
 
 
 JOB_FIELDS = (
@@ -125,7 +126,8 @@ def _never_restarted(span: Span, now: datetime) -> list[tuple[str, int, int, flo
         .order_by()
     )
     accounting = (
-        AccountingJob.objects.filter(
+        span.of_cluster(AccountingJob.objects, "cluster")
+        .filter(
             job__isnull=True,
             restarts=0,
             start_at__isnull=False,
@@ -151,7 +153,7 @@ def _restarted(span: Span, now: datetime) -> list[JobEttr]:
     # Only the accounting records of jobs Medbay has no row of, so no job counts twice.
     return [
         *ettr_for_jobs(medbay, now=now),
-        *restarted_accounting_jobs(span.start, span.data_end),
+        *restarted_accounting_jobs(span.start, span.data_end, cluster_id=span.cluster_id),
     ]
 
 

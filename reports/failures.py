@@ -22,15 +22,17 @@ from clusters.models import Gpu
 from reports import figures
 from reports.base import NO_DATA, Report, Table, hours, minutes, percent
 from reports.capacity import node_hours
+from reports.intervals import Span, node_label
 from reports.params import ReportQuery
 
 NO_XID = "no XID (health check)"
 UNKNOWN_MODEL = "unknown model"
 
 
-def _model_of_nodes() -> dict[str, str]:
+def _model_of_nodes(span: Span) -> dict[str, str]:
     models: dict[str, str] = {}
-    for name, model in Gpu.objects.exclude(model="").values_list("node__name", "model"):
+    gpus = span.of_cluster(Gpu.objects, "node__cluster").exclude(model="")
+    for name, model in gpus.annotate(node_name=node_label(span)).values_list("node_name", "model"):
         models.setdefault(name, model)
     return models
 
@@ -84,7 +86,7 @@ def failures(query: ReportQuery) -> Report:
     span = query.span()
     exposure_rows = node_hours(span)
     exposure = figures.in_service(exposure_rows)
-    model_of = _model_of_nodes()
+    model_of = _model_of_nodes(span)
     model_up: dict[str, float] = defaultdict(float)
     for name, seconds in exposure.gpu_s.items():
         model_up[model_of.get(name, UNKNOWN_MODEL)] += seconds
@@ -92,7 +94,7 @@ def failures(query: ReportQuery) -> Report:
     repairs = figures.repairs_of(incidents)
     by_xid, by_model, by_node = defaultdict(Tally), defaultdict(Tally), defaultdict(Tally)
     for incident in incidents:
-        node, repair = incident["node__name"], repairs.get(incident["pk"])
+        node, repair = incident["node_name"], repairs.get(incident["pk"])
         for xid in _xids(incident["xids"]):
             by_xid[xid].add(repair)
         by_model[model_of.get(node, UNKNOWN_MODEL)].add(repair)

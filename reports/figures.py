@@ -35,7 +35,7 @@ from health.models import Incident, Severity
 from remediation.models import Action, Remediation, RemediationStatusChange
 from remediation.transitions import RunStatus
 from reports.base import percent
-from reports.intervals import Span
+from reports.intervals import Span, node_label
 from reports.rollups import fault_event_counts
 
 # The actions that fix what failed. Moving a node to inference or training, cordoning,
@@ -52,34 +52,36 @@ def action_label(action: str) -> str:
 
 
 def critical_incidents(span: Span):
-    return Incident.objects.filter(
+    """The span's failures, each with `node_name` as the reports name its node."""
+    incidents = span.of_cluster(Incident.objects, "node__cluster").filter(
         severity=Severity.CRITICAL, opened_at__gte=span.start, opened_at__lt=span.data_end
     )
+    return incidents.annotate(node_name=node_label(span))
 
 
 def failure_rows(span: Span) -> list[dict]:
     """Each failure in the span: pk, node name, GPU index, XIDs and when it opened."""
     return list(
         critical_incidents(span)
-        .values("pk", "node__name", "gpu_index", "xids", "opened_at")
+        .values("pk", "node_name", "gpu_index", "xids", "opened_at")
         .order_by("opened_at", "pk")
     )
 
 
 def failures_per_node(span: Span) -> dict[str, int]:
-    rows = critical_incidents(span).values("node__name").annotate(n=Count("id")).order_by()
-    return {row["node__name"]: row["n"] for row in rows}
+    rows = critical_incidents(span).values("node_name").annotate(n=Count("id")).order_by()
+    return {row["node_name"]: row["n"] for row in rows}
 
 
 def failures_per_gpu(span: Span) -> dict[tuple[str, int], int]:
     rows = (
         critical_incidents(span)
         .filter(gpu_index__isnull=False)
-        .values("node__name", "gpu_index")
+        .values("node_name", "gpu_index")
         .annotate(n=Count("id"))
         .order_by()
     )
-    return {(row["node__name"], row["gpu_index"]): row["n"] for row in rows}
+    return {(row["node_name"], row["gpu_index"]): row["n"] for row in rows}
 
 
 def fault_event_count(span: Span) -> int:
@@ -156,7 +158,7 @@ def mttr_min(repairs) -> float | None:
 
 def repair_runs(span: Span):
     """Succeeded runs of REPAIR_ACTIONS created in the span."""
-    return Remediation.objects.filter(
+    return span.of_cluster(Remediation.objects, "node__cluster").filter(
         action__in=REPAIR_ACTIONS,
         status=RunStatus.SUCCEEDED,
         finished_at__isnull=False,

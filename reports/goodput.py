@@ -102,7 +102,8 @@ def interrupted_jobs(span: Span) -> list[int]:
     A list, not a subquery: PostgreSQL cannot tell how few rows the index holds and
     would join every job's history to it.
     """
-    rows = JobStateChange.objects.filter(INTERRUPTION, at__lt=span.data_end)
+    rows = span.of_cluster(JobStateChange.objects, "job__cluster")
+    rows = rows.filter(INTERRUPTION, at__lt=span.data_end)
     return sorted(set(rows.values_list("job_id", flat=True)))
 
 
@@ -117,9 +118,8 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
     measured in order of that bound until the next bound cannot beat the `limit`-th
     figure, which the first page of bounds nearly always settles.
     """
-    slurm_ids = sorted(
-        set(Job.objects.filter(pk__in=interrupted).values_list("slurm_id", flat=True))
-    )
+    jobs = span.of_cluster(Job.objects, "cluster")
+    slurm_ids = sorted(set(jobs.filter(pk__in=interrupted).values_list("slurm_id", flat=True)))
     measured = allocated(span, ["slurm_id"], job_ids=slurm_ids) if slurm_ids else {}
     held = {key[0]: value for key, value in measured.items()}
     data_end = Value(span.data_end)
@@ -129,7 +129,7 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
     upper = Least(Coalesce(last, finished), data_end)
     bound = Sum(F("gpus") * Greatest(Epoch(upper) - Epoch(lower), Value(0.0)))
     bounds = (
-        Job.objects.filter(
+        jobs.filter(
             Q(end_at__isnull=True) | Q(end_at__gt=span.start) | Q(state__in=ACTIVE_JOB_STATES)
         )
         .filter(Q(start_at__isnull=True) | Q(start_at__lt=span.data_end))
@@ -157,7 +157,8 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
 
 def _stops(span: Span):
     """State changes annotated with what lost work and restore need (windows + subqueries)."""
-    rows = JobStateChange.objects.filter(at__lt=span.data_end).filter(
+    rows = span.of_cluster(JobStateChange.objects, "job__cluster")
+    rows = rows.filter(at__lt=span.data_end).filter(
         Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.start)
     )
     order = [F("at"), F("id")]

@@ -38,7 +38,7 @@ from django.db.models import (
     When,
     Window,
 )
-from django.db.models.functions import Coalesce, Floor, Greatest, Lead, Least
+from django.db.models.functions import Coalesce, Concat, Floor, Greatest, Lead, Least
 
 
 class Epoch(Func):
@@ -74,6 +74,17 @@ class Span:
     bucket: timedelta
     # Raw rows are read from here (the end of the days read from the rollups), or `start`.
     data_from: datetime | None = None
+    # The cluster whose rows are read (its pk), or None for every cluster's.
+    cluster_id: int | None = None
+    # Several clusters read together: a node is named with its cluster (node_label).
+    qualified: bool = False
+
+    def of_cluster(self, queryset, path: str):
+        """QUERYSET's rows of the span's cluster, PATH leading to their cluster ("node__cluster");
+        every row when the span reads all clusters."""
+        if self.cluster_id is None:
+            return queryset.all()
+        return queryset.filter(**{path: self.cluster_id})
 
     @property
     def raw_start(self) -> datetime:
@@ -146,6 +157,14 @@ def _rows(sql: str, params: Sequence) -> list[tuple]:
     with report_settings(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def node_label(span: Span, prefix: str = "node__"):
+    """A node's name as reports key and print it: its name, or "cluster/name" where the
+    span combines clusters, as two clusters may each have a gpu-01."""
+    if not span.qualified:
+        return F(f"{prefix}name")
+    return Concat(F(f"{prefix}cluster__name"), Value("/"), F(f"{prefix}name"))
 
 
 class Intervals:
@@ -323,8 +342,11 @@ def node_state_intervals(span: Span, weight=None) -> QuerySet:
     last_before = NodeStateChange.objects.filter(node=OuterRef("pk"), at__lt=start).order_by(
         "-at", "-id"
     )
-    seeds = Node.objects.annotate(seed=Subquery(last_before.values("id")[:1])).values("seed")
-    inside = NodeStateChange.objects.filter(at__gte=start, at__lt=span.data_end)
+    nodes = span.of_cluster(Node.objects, "cluster")
+    seeds = nodes.annotate(seed=Subquery(last_before.values("id")[:1])).values("seed")
+    inside = span.of_cluster(NodeStateChange.objects, "node__cluster").filter(
+        at__gte=start, at__lt=span.data_end
+    )
     if span.data_from:
         # The days after the rollups: one IN over a UNION, as an OR makes PostgreSQL walk
         # the whole (node, at, id) index for a day of rows (16 s over a year of 12,500
@@ -332,7 +354,7 @@ def node_state_intervals(span: Span, weight=None) -> QuerySet:
         ids = inside.order_by().values("id").union(seeds.order_by(), all=True)
         rows = NodeStateChange.objects.filter(id__in=ids)
     else:
-        rows = NodeStateChange.objects.filter(
+        rows = span.of_cluster(NodeStateChange.objects, "node__cluster").filter(
             Q(at__gte=start, at__lt=span.data_end) | Q(id__in=seeds)
         )
     following = Window(Lead("at"), partition_by=[F("node_id")], order_by=[F("at"), F("id")])
@@ -352,8 +374,8 @@ def job_run_intervals(span: Span) -> QuerySet:
     """
     from jobs.models import JobStateChange
 
-    rows = JobStateChange.objects.filter(at__lt=span.data_end).filter(
-        Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.raw_start)
+    rows = span.of_cluster(JobStateChange.objects, "job__cluster").filter(
+        Q(job__end_at__isnull=True) | Q(job__end_at__gt=span.raw_start), at__lt=span.data_end
     )
     following = Window(Lead("at"), partition_by=[F("job_id")], order_by=[F("at"), F("id")])
     # A still-open interval ends when the job ended, or now.
@@ -370,7 +392,8 @@ def job_span_intervals(span: Span) -> QuerySet:
     """Jobs without any state history: one interval from start_at to end_at (or now)."""
     from jobs.models import Job, JobStateChange
 
-    rows = Job.objects.filter(start_at__isnull=False, start_at__lt=span.data_end).filter(
+    rows = span.of_cluster(Job.objects, "cluster")
+    rows = rows.filter(start_at__isnull=False, start_at__lt=span.data_end).filter(
         Q(end_at__isnull=True) | Q(end_at__gt=span.raw_start)
     )
     rows = rows.exclude(Exists(JobStateChange.objects.filter(job=OuterRef("pk"))))

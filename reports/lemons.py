@@ -31,7 +31,7 @@ from django.urls import reverse
 from reports import figures
 from reports.base import NO_DATA, Report, Table, hours
 from reports.capacity import node_hours
-from reports.intervals import Span
+from reports.intervals import Span, node_label
 from reports.params import ReportQuery
 from reports.stats import binomial_sf
 
@@ -101,7 +101,7 @@ def _table(name: str, title: str, tested: list[Tested], fleet_rate: float) -> Ta
          ("p_value", "p-value"), ("lemon", "lemon")],
     )  # fmt: skip
     # Each lemon links to its node's page: its state history, incidents and runs.
-    table.links[key] = lambda row: reverse("node-detail", args=[row[key].split(" GPU ")[0]])
+    table.links[key] = lambda row: reverse("node-detail", args=[_node_name(row[key])])
     for item in tested:
         if not item.faults:
             continue
@@ -120,6 +120,11 @@ def _table(name: str, title: str, tested: list[Tested], fleet_rate: float) -> Ta
     return table
 
 
+def _node_name(label: str) -> str:
+    """The node's own name in a row's label ("a/gpu-01 GPU 3" -> "gpu-01")."""
+    return label.split(" GPU ")[0].rsplit("/", 1)[-1]
+
+
 def _fleet_rate(counts: dict[str, tuple[int, float]]) -> float:
     exposure = sum(seconds for _, seconds in counts.values())
     return sum(faults for faults, _ in counts.values()) / exposure if exposure else 0.0
@@ -130,7 +135,8 @@ def lemons(query: ReportQuery) -> Report:
 
     span = query.span()
     nodes = node_counts(span)
-    gpus_per_node = dict(Node.objects.values_list("name", "gpu_count"))
+    fleet = span.of_cluster(Node.objects, "cluster").annotate(label=node_label(span, ""))
+    gpus_per_node = dict(fleet.values_list("label", "gpu_count"))
     gpus = gpu_counts(span, nodes, gpus_per_node)
     tested_nodes, tested_gpus = lemon_test(nodes), lemon_test(gpus)
     report = Report("lemons", "Lemon nodes and GPUs", query)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import Avg, Count, F, Max, Sum, Value
+from django.db.models import Avg, Count, F, Max, OuterRef, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from remediation.models import BreakerTrip, Remediation, Trigger
+from remediation.models import BreakerRefusal, BreakerTrip, Remediation, Trigger
 from reports import figures
 from reports.base import NO_DATA, Report, Table, hours, minutes
 from reports.capacity import node_hours
@@ -124,7 +124,24 @@ def reliability(query: ReportQuery) -> Report:
 
 # ------------------------------------------------------------------ remediation
 def _runs(span: Span):
-    return Remediation.objects.filter(created_at__gte=span.start, created_at__lt=span.data_end)
+    runs = span.of_cluster(Remediation.objects, "node__cluster")
+    return runs.filter(created_at__gte=span.start, created_at__lt=span.data_end)
+
+
+def breaker_trips(span: Span):
+    """The trips opened in the span, of the span's cluster.
+
+    A trip records no cluster; it belongs to the cluster of the node whose trigger
+    opened it (every trip is written with that first refusal), so each trip counts
+    under one cluster and the clusters' counts add up to the combined one.
+    """
+    trips = BreakerTrip.objects.filter(opened_at__gte=span.start, opened_at__lt=span.data_end)
+    if span.cluster_id is None:
+        return trips
+    first = BreakerRefusal.objects.filter(trip=OuterRef("pk")).order_by("at", "pk")
+    return trips.annotate(cluster_id=Subquery(first.values("node__cluster_id")[:1])).filter(
+        cluster_id=span.cluster_id
+    )
 
 
 def runs_table(span: Span) -> Table:
@@ -188,7 +205,7 @@ def trips_table(span: Span) -> Table:
     )  # fmt: skip
     end = Value(span.data_end)
     trips = (
-        BreakerTrip.objects.filter(opened_at__gte=span.start, opened_at__lt=span.data_end)
+        breaker_trips(span)
         .annotate(open_s=Epoch(Coalesce(F("closed_at"), end)) - Epoch(F("opened_at")))
         .order_by("-opened_at")[:MAX_TRIPS]
     )
@@ -210,7 +227,7 @@ def remediation(query: ReportQuery) -> Report:
     report = Report("remediation", "Remediation summary", query)
     report.tables = [runs_table(span), approvals_table(span), trips_table(span)]
     runs = report.table("runs").rows
-    trips = BreakerTrip.objects.filter(opened_at__gte=span.start, opened_at__lt=span.data_end)
+    trips = breaker_trips(span)
     report.summary = {
         "runs": sum(row["runs"] for row in runs),
         "automatic": sum(row["automatic"] for row in runs),

@@ -21,12 +21,13 @@ Today is never rolled up: the sync only appends rows at the present, so a whole
 day in the past does not change again. Whoever writes history into the past (the
 history generator) clears the cluster's rollups.
 
-A report reads whole days before the edge (the earliest mark of all clusters)
-from the rollups and only the rest from raw rows. The figures are those of the
-raw rows with one deliberate difference: a rolled-up day counts each node under
-the GPU count, partition and pool it had when the day was rolled up, where the
-raw rows count a node's whole past under what it has now; so moving a node to
-inference does not move its past training days. Rollup days are UTC days, so
+A report reads whole days before the edge (its cluster's mark, or the earliest
+mark of all clusters when it combines them) from the rollups and only the rest
+from raw rows. The figures are those of the raw rows with one deliberate
+difference: a rolled-up day counts each node under the GPU count, partition and
+pool it had when the day was rolled up, where the raw rows count a node's whole
+past under what it has now; so moving a node to inference does not move its past
+training days. Rollup days are UTC days, so
 they are used only when the report's buckets start at UTC midnight (TIME_ZONE=UTC,
 the default); otherwise the reports read raw rows as before.
 """
@@ -36,11 +37,11 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import transaction
-from django.db.models import Count, Exists, F, FloatField, OuterRef, Q, QuerySet, Sum, Value
+from django.db.models import Count, F, FloatField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Floor, TruncDate
 from django.utils import timezone
 
-from clusters.models import Cluster, Node, NodeDayTotal, NodeStateChange, NodeStateDay
+from clusters.models import Cluster, NodeDayTotal, NodeStateChange, NodeStateDay
 from health.models import CheckStatus, EventKind, HealthEvent, HealthEventDay
 from jobs.models import Job, JobDay, JobStateChange
 from reports.base import FAULT_STATUSES, OUT_OF_SERVICE
@@ -50,8 +51,10 @@ from reports.intervals import (
     bucketed_sums,
     job_run_intervals,
     job_span_intervals,
+    node_label,
     node_state_intervals,
 )
+from reports.params import clusters_with_nodes
 
 DAY = timedelta(days=1)
 CHUNK_DAYS = 7  # days rolled up per query: bounds memory (a row per node, status and day)
@@ -63,18 +66,20 @@ def midnight(day: date) -> datetime:
 
 # ------------------------------------------------------------------ reading
 def rollup_edge(span: Span) -> datetime | None:
-    """Where the rollups end for this span: whole days before it come from them; or None."""
+    """Where the rollups end for this span: whole days before it come from them; or None.
+
+    The edge is the span's own cluster's mark, or the earliest of all clusters' when it
+    reads them all: one cluster rolled up further must not be read from its rollups for
+    days another cluster has only as raw rows, nor the other way round.
+    """
     if span.start.timestamp() % 86400 or span.bucket_seconds % 86400:
         return None  # the report's days are not UTC days
-    marks = set(clusters_with_nodes().values_list("history_rolled_until", flat=True))
+    clusters = span.of_cluster(clusters_with_nodes(), "pk")
+    marks = set(clusters.values_list("history_rolled_until", flat=True))
     if not marks or None in marks:
         return None
     edge = min(midnight(min(marks)), span.data_end)
     return edge if edge > span.start else None
-
-
-def clusters_with_nodes() -> QuerySet:
-    return Cluster.objects.filter(Exists(Node.objects.filter(cluster=OuterRef("pk"))))
 
 
 def _day_index(span: Span):
@@ -99,7 +104,7 @@ def fleet_seconds(span: Span, edge: datetime | None, group: str) -> dict[tuple, 
         return {}
     key = {"partition": F("partition_names"), "pool": F("pool_kind")}.get(group, Value(""))
     rows = (
-        _days(NodeStateDay.objects.all(), span, edge)
+        _days(span.of_cluster(NodeStateDay.objects.all(), "cluster"), span, edge)
         .annotate(g=key, k=_day_index(span), gpu_s=F("gpu_count") * F("seconds"))
         .values("g", "status", "k")
         .annotate(total=Sum("gpu_s"))
@@ -118,8 +123,10 @@ def node_totals(span: Span, edge: datetime | None) -> dict[str, dict]:
         return {}
     first = span.start.astimezone(UTC).date() - DAY
     last = edge.astimezone(UTC).date() - DAY
-    rows = NodeDayTotal.objects.filter(day__in=[first, last]).values_list(
-        "node__name", "node__gpu_count", "day", "installed_s", "down_s", "falls"
+    rows = (
+        span.of_cluster(NodeDayTotal.objects.filter(day__in=[first, last]), "node__cluster")
+        .annotate(node_name=node_label(span))
+        .values_list("node_name", "node__gpu_count", "day", "installed_s", "down_s", "falls")
     )
     totals: dict[str, dict] = {}
     for name, gpus, day, installed, down, falls in rows:
@@ -142,7 +149,7 @@ def job_sources(span: Span) -> list[tuple[QuerySet, str]]:
     if edge is None:
         return sources
     k = _day_index(span)
-    days = _days(JobDay.objects.all(), span, edge).annotate(
+    days = _days(span.of_cluster(JobDay.objects.all(), "cluster"), span, edge).annotate(
         w=Value(1.0),
         run_state=Value("RUNNING"),
         s_off=Value(0.0),
@@ -157,15 +164,15 @@ def falls_per_node(span: Span) -> dict[str, int]:
     """Changes into down/fail from a status that was not a fault, per node name."""
     raw, edge = node_sources(span)
     changes = (
-        NodeStateChange.objects.filter(
-            at__gte=raw.raw_start, at__lt=span.data_end, to_status__in=FAULT_STATUSES
-        )
+        span.of_cluster(NodeStateChange.objects, "node__cluster")
+        .filter(at__gte=raw.raw_start, at__lt=span.data_end, to_status__in=FAULT_STATUSES)
         .exclude(from_status__in=FAULT_STATUSES)
-        .values("node__name")
+        .annotate(node_name=node_label(span))
+        .values("node_name")
         .annotate(n=Count("id"))
         .order_by()
     )
-    counts = {row["node__name"]: row["n"] for row in changes}
+    counts = {row["node_name"]: row["n"] for row in changes}
     for name, entry in node_totals(span, edge).items():
         if entry["falls"]:
             counts[name] = counts.get(name, 0) + entry["falls"]
@@ -183,13 +190,16 @@ def fault_event_counts(span: Span) -> list[dict]:
     """Fault events per (bucket k, kind, xid, check_name), from the rollup and raw rows."""
     edge = rollup_edge(span)
     width = Value(span.bucket_seconds, output_field=FloatField())
-    raw = fault_events().filter(observed_at__gte=edge or span.start, observed_at__lt=span.data_end)
+    raw = span.of_cluster(fault_events(), "node__cluster").filter(
+        observed_at__gte=edge or span.start, observed_at__lt=span.data_end
+    )
     raw = raw.annotate(k=Floor(span.offset(F("observed_at")) / width))
     keys = ("k", "kind", "xid", "check_name")
     counts: dict[tuple, int] = {}
     parts = [raw.values(*keys).annotate(n=Count("id")).order_by()]
     if edge is not None:
-        days = _days(HealthEventDay.objects.all(), span, edge).annotate(k=_day_index(span))
+        days = _days(span.of_cluster(HealthEventDay.objects.all(), "node__cluster"), span, edge)
+        days = days.annotate(k=_day_index(span))
         parts.append(days.values(*keys).annotate(n=Sum("events")).order_by())
     for part in parts:
         for row in part:
@@ -248,7 +258,7 @@ def _roll_chunk(cluster: Cluster, first: date, end: date) -> None:
     NodeDayTotal.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
     JobDay.objects.filter(cluster=cluster, day__gte=first, day__lt=end).delete()
     HealthEventDay.objects.filter(node__cluster=cluster, day__gte=first, day__lt=end).delete()
-    span = Span(midnight(first), midnight(end), midnight(end), DAY)
+    span = Span(midnight(first), midnight(end), midnight(end), DAY, cluster_id=cluster.pk)
     days = [first + timedelta(days=index) for index in range(span.count)]
     _node_days(cluster, span, days)
     JobDay.objects.bulk_create(_job_days(cluster, span, days), batch_size=5000)
@@ -278,7 +288,7 @@ def _event_days(cluster: Cluster, span: Span) -> list[HealthEventDay]:
 
 
 def _node_days(cluster: Cluster, span: Span, days: list[date]) -> None:
-    rows = node_state_intervals(span, weight=Value(1)).filter(node__cluster=cluster)
+    rows = node_state_intervals(span, weight=Value(1))
     sums = bucketed_sums(rows.annotate(nid=F("node_id")), span, ["nid", "status"])
     kinds = {
         pk: (gpus, partitions or "", pool or "")
@@ -346,7 +356,7 @@ def _job_days(cluster: Cluster, span: Span, days: list[date]) -> list[JobDay]:
     totals: dict[tuple, float] = {}
     fields = ("partition", "account", "user")
     for rows, prefix in ((job_run_intervals(span), "job__"), (job_span_intervals(span), "")):
-        rows = rows.filter(**{f"{prefix}cluster": cluster}).annotate(
+        rows = rows.annotate(
             **{f"g_{name}": Coalesce(F(prefix + name), Value("")) for name in fields}
         )
         groups = [f"g_{name}" for name in fields]

@@ -11,7 +11,7 @@ from django.shortcuts import render
 from core.roles import Role, role_required
 from reports.catalog import REPORTS, compute, controls
 from reports.charts import figures
-from reports.params import ReportForm, default_query
+from reports.params import default_query, known_clusters, report_form
 
 MANAGERS = (Role.MANAGER, Role.ADMIN)
 
@@ -20,10 +20,11 @@ MANAGERS = (Role.MANAGER, Role.ADMIN)
 def report_page(request, name: str = "utilization"):
     if name not in REPORTS:
         raise Http404("No such report")
-    form = ReportForm(request.GET)
+    form = report_form(request)
     printing = request.GET.get("print") == "1"
     sections = []
     groupings, bucketed = controls(name)
+    clusters = known if len(known := known_clusters()) > 1 else []
     if form.is_valid():
         query = form.query()
         if query.group not in groupings and not printing:
@@ -46,6 +47,9 @@ def report_page(request, name: str = "utilization"):
         "group_choices": [(value, value or "none") for value in groupings],
         "selected_group": query.group or (groupings[0] if groupings else ""),
         "bucketed": bucketed,
+        # The cluster field, and the cluster in the titles, only where there is a choice.
+        "clusters": clusters,
+        "scope_label": query.cluster_label if clusters or query.cluster else "",
     }
     if printing:
         return render(request, "reports/print.html", context)
