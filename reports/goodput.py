@@ -61,7 +61,7 @@ CLOCK_SLACK = timedelta(minutes=1)
 def _keys(fields: list[str], prefix: str) -> dict:
     return {
         f"g{index}": F(prefix + field)
-        if field == "slurm_id"
+        if field in ("id", "slurm_id")
         else Coalesce(F(prefix + field), Value(""))
         for index, field in enumerate(fields)
     }
@@ -70,8 +70,8 @@ def _keys(fields: list[str], prefix: str) -> dict:
 def allocated(span: Span, fields: list[str], *, job_ids=None) -> dict[tuple, float]:
     """Allocated GPU-seconds per combination of `fields` values.
 
-    By account and user, whole days come from the daily rollups; by job (or for
-    `job_ids`) every row is read, as the rollups do not keep jobs apart.
+    By account and user, whole days come from the daily rollups; by job (`id`, or for
+    `job_ids`, the jobs' pks) every row is read, as the rollups do not keep jobs apart.
     """
     totals: dict[tuple, float] = {}
     names = [f"g{index}" for index in range(len(fields))]
@@ -81,7 +81,7 @@ def allocated(span: Span, fields: list[str], *, job_ids=None) -> dict[tuple, flo
         sources = [(job_run_intervals(span), "job__"), (job_span_intervals(span), "")]
     for rows, prefix in sources:
         if job_ids is not None:
-            rows = rows.filter(**{f"{prefix}slurm_id__in": job_ids})
+            rows = rows.filter(**{f"{prefix}id__in": job_ids})
         for row in summed(
             rows.annotate(**_keys(fields, prefix)),
             [*names, "w", "s_off", "e_off", "run_state"],
@@ -108,8 +108,9 @@ def interrupted_jobs(span: Span) -> list[int]:
 
 
 def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]:
-    """The `limit` Slurm ids that held the most GPU-seconds in the span, exactly, with
-    their GPU-seconds, without replaying every job's history.
+    """The `limit` jobs (their pks: a Slurm id may name a job in each cluster) that held
+    the most GPU-seconds in the span, exactly, with their GPU-seconds, without replaying
+    every job's history.
 
     Jobs that were `interrupted` or restarted are measured from their history. The
     others ran once: a finished one between its start and its last change (the sync
@@ -119,8 +120,7 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
     figure, which the first page of bounds nearly always settles.
     """
     jobs = span.of_cluster(Job.objects, "cluster")
-    slurm_ids = sorted(set(jobs.filter(pk__in=interrupted).values_list("slurm_id", flat=True)))
-    measured = allocated(span, ["slurm_id"], job_ids=slurm_ids) if slurm_ids else {}
+    measured = allocated(span, ["id"], job_ids=interrupted) if interrupted else {}
     held = {key[0]: value for key, value in measured.items()}
     data_end = Value(span.data_end)
     lower = Greatest(Coalesce(F("start_at") - CLOCK_SLACK, Value(span.start)), Value(span.start))
@@ -133,19 +133,19 @@ def top_jobs(span: Span, limit: int, interrupted: list[int]) -> dict[int, float]
             Q(end_at__isnull=True) | Q(end_at__gt=span.start) | Q(state__in=ACTIVE_JOB_STATES)
         )
         .filter(Q(start_at__isnull=True) | Q(start_at__lt=span.data_end))
-        .exclude(slurm_id__in=slurm_ids)
-        .values("slurm_id")
+        .exclude(pk__in=interrupted)
+        .values("pk")
         .annotate(bound=bound)
         .filter(bound__gt=0)
-        .order_by("-bound", "slurm_id")
-        .values_list("slurm_id", "bound")
+        .order_by("-bound", "pk")
+        .values_list("pk", "bound")
     )
     offset, size = 0, 8 * limit
     while True:
         with report_settings():  # the grouping by job spills to disk at the default work_mem
             page = list(bounds[offset : offset + size])
         if page:
-            measured = allocated(span, ["slurm_id"], job_ids=[slurm_id for slurm_id, _ in page])
+            measured = allocated(span, ["id"], job_ids=[pk for pk, _ in page])
             held.update((key[0], value) for key, value in measured.items())
         best = sorted(held.values(), reverse=True)
         if len(page) < size or (len(best) >= limit and page[-1][1] <= best[limit - 1]):
@@ -226,7 +226,7 @@ def losses(
     rows = _stops(span).filter(job_id__in=interrupted)
     rows = rows.annotate(**_keys(fields, "job__"))
     if job_ids is not None:
-        rows = rows.filter(job__slurm_id__in=job_ids)
+        rows = rows.filter(job_id__in=job_ids)
     in_range = f"at_off >= 0 AND at_off < {span.data_seconds!r}"
     stop = f"prev_state = 'RUNNING' AND run_state IN {sql_list(INTERRUPTED_STATES)} AND {in_range}"
     result = summed(
@@ -314,6 +314,14 @@ def goodput_table(group: str, heading: str, held: dict, lost: dict) -> Table:
     return table
 
 
+def job_labels(span: Span, pks: list[int]) -> dict[int, int | str]:
+    """Job pk -> its Slurm id as the table names it; "cluster/id" where the span combines
+    clusters, as each cluster numbers its own jobs."""
+    rows = Job.objects.filter(pk__in=pks).values_list("pk", "slurm_id", "cluster__name")
+    return {pk: f"{cluster}/{slurm_id}" if span.qualified else slurm_id
+            for pk, slurm_id, cluster in rows}  # fmt: skip
+
+
 def _tables(span: Span) -> tuple[dict[str, Table], float, LostWork]:
     """The tables by account, user and top job; allocated GPU-seconds and lost work."""
     # Accounts and users come from one pass grouped by both; jobs from a top-N pass.
@@ -326,12 +334,13 @@ def _tables(span: Span) -> tuple[dict[str, Table], float, LostWork]:
         for i, group in enumerate(("account", "user"))
     }
     top = top_jobs(span, TOP_JOBS, interrupted)
-    jobs_lost = losses(span, ["slurm_id"], interrupted, job_ids=list(top))
+    jobs_lost = losses(span, ["id"], interrupted, job_ids=list(top))
+    label = job_labels(span, list(top))
     tables["job"] = goodput_table(
         "job",
         f"Top {TOP_JOBS} jobs by allocated GPU-hours",
-        top,
-        {key[0]: value for key, value in jobs_lost.items()},
+        {label[pk]: value for pk, value in top.items()},
+        {label[key[0]]: value for key, value in jobs_lost.items()},
     )
     return tables, sum(held.values()), LostWork.of(lost)
 

@@ -210,6 +210,18 @@ def test_nodes_named_alike_in_two_clusters_stay_apart_when_combined(two_clusters
     assert lemons["summary"]["nodes tested"] == 5
 
 
+def test_job_ids_used_in_two_clusters_stay_apart_when_combined(two_clusters, manager_client):
+    combined = report(manager_client, "goodput", "all")
+    held = {row["job"]: row["allocated_gpu_h"] for row in combined["tables"]["by_job"]["rows"]}
+    # Job 1 ran 8 GPUs x 8 h in each cluster; job 2 on 2 GPUs in hist, 4 in west, for 4 h.
+    assert held == {
+        "hist/1": 64.0, "west/1": 64.0, "west/2": 16.0, "hist/2": 8.0, "hist/3": 4.0,
+        "west/3": 4.0,
+    }  # fmt: skip
+    west = report(manager_client, "goodput", "west")
+    assert [row["job"] for row in west["tables"]["by_job"]["rows"]] == [1, 2, 3]
+
+
 def test_a_per_cluster_csv_holds_only_that_clusters_rows(two_clusters, manager_client):
     response = manager_client.get(
         "/api/v1/reports/availability.csv", {**RANGE, "cluster": "west", "table": "downtime"}
