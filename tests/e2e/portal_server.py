@@ -301,6 +301,14 @@ def superuser(cluster, sim, command) -> dict:
     return {"pk": user.pk}
 
 
+def cluster_row(cluster, sim, command) -> dict:
+    """Another cluster's row, without nodes: enough for the pages that let one choose."""
+    from clusters.models import Cluster
+
+    row, _ = Cluster.objects.get_or_create(name=command["name"])
+    return {"pk": row.pk}
+
+
 def medbay_user(cluster, sim, command) -> dict:
     """`manage.py medbay_user ARGS` inside the portal, whose sockets a disable must close."""
     from io import StringIO
@@ -445,6 +453,7 @@ COMMANDS = {
     "recorded_accounting": recorded_accounting,
     "superuser": superuser,
     "medbay_user": medbay_user,
+    "cluster_row": cluster_row,
     "page_objects": page_objects,
     "demand_proposal": demand_proposal,
 }

@@ -68,6 +68,26 @@ def test_a_manager_switches_report_tabs_in_place_and_the_filters_follow_the_tab(
     assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
 
 
+def test_a_manager_reads_one_cluster_and_the_tabs_keep_it(page, portal, history):
+    portal.command("cluster_row", name="e2e-west")
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/reports/")
+    expect(page.locator("#report-utilization h2")).to_contain_text("all clusters")
+
+    page.get_by_label("Cluster").select_option("e2e-west")
+
+    expect(page).to_have_url(re.compile(r"cluster=e2e-west"))
+    expect(page.locator("#report-utilization h2")).to_contain_text("cluster e2e-west")
+    # A cluster without history has none to show.
+    expect(page.locator("#report-utilization .banner-warn")).to_contain_text("No history")
+    page.locator(".report-tabs").get_by_role("link", name="Reliability").click()
+    expect(page).to_have_url(re.compile(r"/reports/reliability/\?.*cluster=e2e-west"))
+    expect(page.locator("#report-reliability h2")).to_contain_text("cluster e2e-west")
+    expect(page.get_by_label("Cluster")).to_have_value("e2e-west")
+    assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
+
+
 def test_a_manager_reads_gpu_hours_by_team_then_by_qos_from_slurms_accounting(page, portal):
     """The recorded accounting of a day: alice (vision) 2 GPUs x 3 s, then 8 x 4 s and
     8 x 30 s over a requeue; bob (nlp) 1 x 2 s under QOS high and 8 x 9 s. It is replayed
