@@ -10,6 +10,7 @@ from django.db.models import Count, DateTimeField, DurationField, F, Q, Sum, Val
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from clusters.models import Cluster
 from jobs.ettr import CAUSES, JobEttr, ettr_for_jobs, restarted_accounting_jobs
 from jobs.models import AccountingJob, Job, JobState
 from reports.base import NO_DATA, Report, Table, hours, percent
@@ -157,6 +158,15 @@ def _restarted(span: Span, now: datetime) -> list[JobEttr]:
     ]
 
 
+def _job_label(span: Span):
+    """A job's Slurm id, or "cluster/id" where the span combines clusters (each numbers
+    its own jobs)."""
+    if not span.qualified:
+        return lambda job: job.slurm_id
+    names = dict(Cluster.objects.values_list("pk", "name"))
+    return lambda job: f"{names[job.cluster_id]}/{job.slurm_id}"
+
+
 def _gpu_h(measured: JobEttr, seconds: float) -> float:
     return measured.job.gpus * seconds
 
@@ -199,11 +209,12 @@ def ettr(query: ReportQuery) -> Report:
          *_columns()],
     )  # fmt: skip
     worst = sorted(measured, key=lambda m: -_gpu_h(m, m.wall_s - m.productive_s))[:TOP_JOBS]
+    label = _job_label(span)
     for item in worst:
         job, one = item.job, Totals()
         one.add(item)
         by_job.rows.append(
-            {"job": job.slurm_id, "account": job.account, "user": job.user, "gpus": job.gpus,
+            {"job": label(job), "account": job.account, "user": job.user, "gpus": job.gpus,
              "restarts": job.restart_count, "wall_h": hours(item.wall_s),
              "source": SOURCES[item.source], **one.row()}
         )  # fmt: skip

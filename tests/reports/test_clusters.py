@@ -220,6 +220,8 @@ def test_job_ids_used_in_two_clusters_stay_apart_when_combined(two_clusters, man
     }  # fmt: skip
     west = report(manager_client, "goodput", "west")
     assert [row["job"] for row in west["tables"]["by_job"]["rows"]] == [1, 2, 3]
+    ettr = report(manager_client, "ettr", "all")
+    assert sorted(row["job"] for row in ettr["tables"]["by_job"]["rows"]) == ["hist/1", "west/1"]
 
 
 def test_a_per_cluster_csv_holds_only_that_clusters_rows(two_clusters, manager_client):
