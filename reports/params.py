@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from clusters.models import Cluster, Node
 from core.inputs import BoundedDateField
+from identity.cluster_view import remembered_cluster
 from reports.intervals import Span
 
 ALL = "all"
@@ -136,8 +137,11 @@ def clusters_with_nodes():
 
 def requested_cluster(request) -> str:
     """The cluster a report is read for: its `cluster` parameter ("" or "all": every
-    cluster combined). The one place a person's remembered cluster can become the default."""
-    return request.GET.get("cluster", "")
+    cluster combined), else the one the person last chose in the header's switcher."""
+    if "cluster" in request.GET:
+        return request.GET["cluster"]
+    remembered = remembered_cluster(request.user)
+    return remembered.name if remembered else ""
 
 
 def report_form(request) -> ReportForm:

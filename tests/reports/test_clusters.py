@@ -300,3 +300,16 @@ def test_rolled_up_days_are_read_per_cluster(two_clusters, manager_client):
     assert rollup_edge(span("all")) is not None
     for (name, view), figures in raw.items():
         assert report(manager_client, name, view) == figures, (name, view)
+
+
+def test_a_report_without_a_cluster_reads_the_one_chosen_in_the_switcher(
+    two_clusters, manager_client, manager
+):
+    from identity.cluster_view import choose_cluster
+
+    combined = report(manager_client, "utilization")
+    choose_cluster(manager, "west")
+    assert report(manager_client, "utilization") == report(manager_client, "utilization", "west")
+    assert report(manager_client, "utilization") != combined
+    choose_cluster(manager, "all")
+    assert report(manager_client, "utilization") == combined
