@@ -19,6 +19,7 @@ from demand import charts, history, replay
 from demand.forms import PolicyForm
 from demand.models import DemandDecision, ReallocationPolicy
 from demand.policies import PolicyInvalid, as_rules, save_policy
+from identity.cluster_view import viewed_cluster
 
 DAY_CHOICES = (1, 2, 7, 14, 30)
 DEFAULT_DAYS = 2
@@ -33,13 +34,12 @@ def _days(request) -> int:
 
 
 def _cluster(request) -> Cluster | None:
+    """The cluster the switcher shows (or ?cluster= names); pools are a cluster's own, so
+    with all clusters shown the page opens on the first with a policy."""
+    shown = viewed_cluster(request)
+    if shown is not None:
+        return shown
     clusters = Cluster.objects.order_by("name")
-    name = request.GET.get("cluster", "")
-    if name:
-        found = clusters.filter(name=name).first()
-        if found is None:
-            raise Http404("No such cluster")
-        return found
     with_policy = ReallocationPolicy.objects.order_by("cluster__name").first()
     return with_policy.cluster if with_policy else clusters.first()
 
