@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.demand.fake_prometheus import FakePrometheus
+from tests.demand.prometheus_server import running_prometheus
 
 
 @pytest.fixture
@@ -10,6 +11,13 @@ def fake_prometheus():
     server = FakePrometheus()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """Debian's real Prometheus scraping a serving endpoint: (its URL, the Serving)."""
+    with running_prometheus(tmp_path) as found:
+        yield found
 
 
 @pytest.fixture
