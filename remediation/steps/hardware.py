@@ -74,16 +74,17 @@ def check_eligibility(run, ctx):
             return needs_attention(f"Circuit breaker open: {blocked}. Retry once it closes.")
     choice = spares.choose(run.node.cluster_id, ctx.fleet.spare_capacity(), exclude=[run.node.name])
     if not choice.offered:
-        unsettled = _spares_not_registered(run, ctx)
+        unsettled = _spares_settling(run, ctx)
         waited = ctx.since("spares_awaited_at")
         if unsettled and (waited is None or waited < SPARE_REGISTRATION_WAIT):
             # Just after slurmctld restarts, nodes read `unknown` until their slurmd
-            # registers again (seconds): a spare among them may be free in a moment.
+            # registers again, and a node just resumed reads `not_responding` until it
+            # answers Slurm's ping (seconds, longer on a loaded controller): a spare
+            # among them may be free in a moment.
             if waited is None:
                 ctx.remember(spares_awaited_at=ctx.now.isoformat())
             return waiting(
-                f"No free spare yet: {', '.join(unsettled)} not registered with Slurm "
-                "(controller restarted?); checking again",
+                f"No free spare yet: {'; '.join(unsettled)}; checking again",
                 SPARE_RECHECK_S,
             )
         return _no_spare(run, choice)
@@ -104,15 +105,25 @@ def serves_no_pool(info) -> bool:
     return info is not None and not [p for p in info.partitions if p != SPARE_PARTITION]
 
 
-def _spares_not_registered(run, ctx) -> list[str]:
-    """Spare-partition nodes whose state Slurm does not know yet (`unknown`)."""
-    return sorted(
-        info.name
-        for info in ctx.backend.nodes()
-        if SPARE_PARTITION in info.partitions
-        and info.state == "unknown"
-        and info.name != run.node.name
-    )
+def _spares_settling(run, ctx) -> list[str]:
+    """Spare-partition nodes Slurm may offer in a moment, each with why not yet: not
+    registered since slurmctld started (`unknown`), or not answering its ping yet
+    (`not_responding`, neither down nor drained: Slurm marks a node so when it is
+    resumed, until its slurmd answers). A drained, failed or down spare waits for a
+    person, not for Slurm."""
+    found = []
+    for info in ctx.backend.nodes():
+        if SPARE_PARTITION not in info.partitions or info.name == run.node.name:
+            continue
+        if info.state == "unknown":
+            found.append(f"{info.name} not registered with Slurm (controller restarted?)")
+        elif (
+            "not_responding" in info.flags
+            and info.state != "down"
+            and not info.flags & {"drain", "fail"}
+        ):
+            found.append(f"{info.name} not responding to Slurm yet (just resumed?)")
+    return sorted(found)
 
 
 @step("replace", "replace {node} with a healthy free spare and take it out of service")

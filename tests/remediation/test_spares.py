@@ -267,6 +267,44 @@ def test_sixty_polls_with_the_same_outcome_write_one_row(sim, synced):
     assert [outcome for outcome, _ in rows(run)] == [StepOutcome.WAITING, StepOutcome.SUCCEEDED]
 
 
+def test_a_spare_slurm_has_not_heard_from_since_its_resume_is_waited_for_not_given_up_on(
+    sim, synced
+):
+    """Slurm marks a resumed node not responding until its slurmd answers a ping (both
+    22.05 and 24.11; longer on a loaded controller): the Slurm spare pool does not offer
+    it meanwhile, and the run waits for it instead of asking an admin for a spare."""
+    engine = Engine("test", backend=sim, fleet=SlurmSparesFleet(sim))
+    for spare in ("gpu-06", "gpu-07"):
+        sim._nodes[spare].flags.add("not_responding")
+    run = step_until(engine, replace(), "check_eligibility")
+    poll(engine, run)
+
+    assert run.status == RunStatus.WAITING and run.step_name == "check_eligibility"
+    assert run.message == (
+        "No free spare yet: gpu-06 not responding to Slurm yet (just resumed?); "
+        "gpu-07 not responding to Slurm yet (just resumed?); checking again"
+    )
+    sim._nodes["gpu-07"].flags.discard("not_responding")  # its slurmd answered
+    step_until(engine, run, "validate")
+    assert run.context["replacement"] == "gpu-07"
+
+
+def test_a_spare_that_never_answers_slurm_is_given_up_on_after_the_wait(sim, synced):
+    engine = Engine("test", backend=sim, fleet=SlurmSparesFleet(sim))
+    for spare in ("gpu-06", "gpu-07"):
+        sim._nodes[spare].flags.add("not_responding")
+    run = step_until(engine, replace(), "check_eligibility")
+    poll(engine, run)
+    long_ago = timezone.now() - hardware_steps.SPARE_REGISTRATION_WAIT - timedelta(seconds=1)
+    Remediation.objects.filter(pk=run.pk).update(
+        context={**run.context, "spares_awaited_at": long_ago.isoformat()}
+    )
+    poll(engine, run)
+
+    assert run.status == RunStatus.NEEDS_ATTENTION
+    assert run.message.startswith("No free spare to replace gpu-02: the spare pool is empty")
+
+
 # ------------------------------------------------------------------ the breaker
 
 
