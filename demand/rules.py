@@ -470,7 +470,9 @@ def _pool_minimum(policy, snapshot, pools: _Pools, recent, now, budget, evidence
     ):
         short = low - pools.size[pool]
         if short > 0:
-            reason = f"{pool} pool has {pools.size[pool]} nodes, under its minimum of {low}"
+            reason = (
+                f"{pool} pool has {_count(pools.size[pool], 'node')}, under its minimum of {low}"
+            )
             return _move(policy, pools, direction, short, budget, now, Rule.POOL_MINIMUM, reason,
                          evidence)  # fmt: skip
     return None
@@ -495,7 +497,7 @@ def _inference_rule(policy, snapshot, pools: _Pools, recent, now, budget, eviden
     evidence["inference_nodes_needed"] = need
     need -= pools.incoming[Pool.INFERENCE]
     if need <= 0:
-        reason += f"; {pools.incoming[Pool.INFERENCE]} nodes already on their way"
+        reason += f"; {_count(pools.incoming[Pool.INFERENCE], 'node')} already on their way"
         return _hold(Rule.HOLD_UNDER_WAY, reason, evidence)
     reason += "; " + _training_words(policy, snapshot, pools)
     return _move(policy, pools, Direction.TO_INFERENCE, need, budget, now, rule, reason, evidence)
@@ -511,7 +513,7 @@ def _training_rule(policy, snapshot, pools: _Pools, recent, now, budget, evidenc
     queue_words = _training_words(policy, snapshot, pools)
     if need <= 0:
         if pools.incoming[Pool.TRAINING]:
-            reason = f"{queue_words}; {pools.incoming[Pool.TRAINING]} nodes already on their way"
+            reason = f"{queue_words}; {_count(pools.incoming[Pool.TRAINING], 'node')} already on their way"
         else:
             reason = f"{queue_words}, but training has idle nodes for it"
         return _hold(Rule.HOLD_UNDER_WAY, reason, evidence)
@@ -536,7 +538,7 @@ def _inference_spare(policy, snapshot, pools: _Pools, recent, now, evidence):
         if snapshot.inference_queue is None:
             return 0, "no inference signal says what inference can spare"
         idle = pools.idle[Pool.INFERENCE]
-        return idle, f"{idle} idle inference nodes and no inference work waiting"
+        return idle, f"{_count(idle, 'idle inference node')} and no inference work waiting"
     if not load.sustained:
         return 0, _not_yet_words(policy, load, "below")
     serving = pools.serving[Pool.INFERENCE]
@@ -686,6 +688,11 @@ def _no_candidate_words(source: Pool) -> str:
     )
 
 
+def _count(number: int, noun: str) -> str:
+    """'1 node', '2 nodes': the sentences are read by people."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _moves_words(moves: tuple[Move, ...], wanted: int) -> str:
     idle = sum(1 for m in moves if not m.waits_for_jobs)
     requeued = sum(1 for m in moves if m.requeue)
@@ -695,7 +702,7 @@ def _moves_words(moves: tuple[Move, ...], wanted: int) -> str:
         parts.append(f"{requeued} with checkpointable jobs to requeue")
     if waiting:
         parts.append(f"{waiting} moving when their jobs end")
-    words = f"moving {len(moves)} nodes to {moves[0].direction.destination} ({', '.join(parts)})"
+    words = f"moving {_count(len(moves), 'node')} to {moves[0].direction.destination} ({', '.join(parts)})"
     if len(moves) < wanted:
         words += f" of {wanted} wanted"
     return words
@@ -752,16 +759,19 @@ def _training_words(policy: Policy, snapshot: DemandSnapshot, pools: _Pools) -> 
     pending = sum(q.pending_nodes for q in queues)
     idle = pools.idle[Pool.TRAINING]
     if not pending:
-        return f"{idle} idle training nodes; training queue empty"
+        return f"{_count(idle, 'idle training node')}; training queue empty"
     jobs = sum(q.pending_jobs for q in queues)
     words = (
-        f"training queue {jobs} jobs for {pending} nodes, waiting "
+        f"training queue {_count(jobs, 'job')} for {_count(pending, 'node')}, waiting "
         f"{_duration(max(q.longest_wait_s for q in queues))}"
     )
     predicted = _predicted_wait(snapshot)
     if predicted > max(q.longest_wait_s for q in queues) + 60:
         words += f" ({_duration(predicted)} by Slurm's expected start)"
-    return words + f" (target {_duration(policy.training_max_wait_s)}); {idle} idle training nodes"
+    return (
+        words
+        + f" (target {_duration(policy.training_max_wait_s)}); {_count(idle, 'idle training node')}"
+    )
 
 
 def _balanced_reason(policy, snapshot, now, evidence) -> str:

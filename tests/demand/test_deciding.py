@@ -57,7 +57,7 @@ def test_an_approval_policy_proposes_an_idle_inference_node_for_waiting_training
     assert run.node.pool.kind == "inference"
     evidence = run.context["demand"]
     assert evidence["rule"] == "training_waiting"
-    assert "training queue 1 jobs for 1 nodes" in evidence["sentence"]
+    assert "training queue 1 job for 1 node" in evidence["sentence"]
     assert "inference p95" in evidence["sentence"]
     assert evidence["evidence"]["training_pending_nodes"] == 1
     (decision,) = DemandDecision.objects.all()

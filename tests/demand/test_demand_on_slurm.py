@@ -200,8 +200,8 @@ def test_an_idle_inference_node_trains_a_waiting_job_and_goes_back_when_serving_
     assert evidence["evidence"]["training_pending_nodes"] == 1
     sentence = evidence["sentence"]
     assert sentence.startswith("inference p95 100 ms < 180 ms (60% of the 300 ms target)")
-    assert "training queue 1 jobs for 1 nodes" in sentence
-    assert "moving 1 nodes to training (1 idle)" in sentence
+    assert "training queue 1 job for 1 node" in sentence
+    assert "moving 1 node to training (1 idle)" in sentence
 
     # What the admin sees, and approves, on the approval page.
     admin = Client()
@@ -244,7 +244,7 @@ def test_an_idle_inference_node_trains_a_waiting_job_and_goes_back_when_serving_
     sentence = back.context["demand"]["sentence"]
     assert back.context["demand"]["rule"] == "inference_over_target"
     assert sentence.startswith("inference p95 400 ms > target 300 ms for "), sentence
-    assert "moving 1 nodes to inference (1 moving when their jobs end)" in sentence
+    assert "moving 1 node to inference (1 moving when their jobs end)" in sentence
     assert "drain" in node_info(slurm, LENT).flags, "no new job lands on the node while it waits"
     assert squeue_says(slurm, waiting) == f"RUNNING {LENT}", "the job is not killed"
     page = admin.get(reverse("remediation-detail", args=[back.pk])).content.decode()

@@ -42,7 +42,7 @@ def test_a_quiet_inference_pool_would_have_lent_nodes_to_a_waiting_queue():
     assert directions(result) == {"to_inference": 0, "to_training": 3}
     assert {r.move.node for r in result.moves} == {"infer-0", "infer-1", "infer-2"}
     assert all(r.rule == "training_waiting" for r in result.moves)
-    assert "training queue 1 jobs for 4 nodes" in result.moves[0].reason
+    assert "training queue 1 job for 4 nodes" in result.moves[0].reason
     # 3 nodes lent from the first frame on, 29 minutes, 8 GPUs each.
     assert result.gpu_hours_gained_for_training == pytest.approx(3 * 8 * 29 / 60)
     assert result.training_wait_past_target_minutes == 29

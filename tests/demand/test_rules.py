@@ -145,7 +145,7 @@ def test_inference_wins_over_a_waiting_training_queue():
     state = snapshot(412, training=(queue(nodes=8, waited_s=7200),))
     decision = decide(POLICY, state, fleet(), [], NOW)
     assert decision.rule == Rule.INFERENCE_OVER_TARGET
-    assert "training queue 1 jobs for 8 nodes, waiting 2 h" in decision.reason
+    assert "training queue 1 job for 8 nodes, waiting 2 h" in decision.reason
 
 
 # --- training next ---------------------------------------------------------------
