@@ -513,7 +513,8 @@ def _training_rule(policy, snapshot, pools: _Pools, recent, now, budget, evidenc
     queue_words = _training_words(policy, snapshot, pools)
     if need <= 0:
         if pools.incoming[Pool.TRAINING]:
-            reason = f"{queue_words}; {_count(pools.incoming[Pool.TRAINING], 'node')} already on their way"
+            on_their_way = _count(pools.incoming[Pool.TRAINING], "node")
+            reason = f"{queue_words}; {on_their_way} already on their way"
         else:
             reason = f"{queue_words}, but training has idle nodes for it"
         return _hold(Rule.HOLD_UNDER_WAY, reason, evidence)
@@ -702,7 +703,8 @@ def _moves_words(moves: tuple[Move, ...], wanted: int) -> str:
         parts.append(f"{requeued} with checkpointable jobs to requeue")
     if waiting:
         parts.append(f"{waiting} moving when their jobs end")
-    words = f"moving {_count(len(moves), 'node')} to {moves[0].direction.destination} ({', '.join(parts)})"
+    destination = moves[0].direction.destination
+    words = f"moving {_count(len(moves), 'node')} to {destination} ({', '.join(parts)})"
     if len(moves) < wanted:
         words += f" of {wanted} wanted"
     return words
