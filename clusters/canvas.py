@@ -2,9 +2,11 @@
 
 A 12,500-node board as tiles is 100,000 DOM cells and megabytes of HTML; here the
 page is small and static/js/fleet.js draws each GPU as a few pixels of a canvas,
-grouped by partition, from one JSON payload: per group the node names and one
-letter per GPU (`STATE_CODES`). A change is sent to open fleet pages as the new
-letters of the nodes that changed (`delta`), which the page paints in place.
+grouped by partition, from one JSON payload: per group its cluster, the node names
+and one letter per GPU (`STATE_CODES`). A change is sent to open fleet pages as the
+new letters of the nodes that changed (`delta`), which the page paints in place.
+Nodes are known by cluster and name: on a fleet of all clusters two clusters may
+each have a gpu-01, and each must get its own letters.
 The letters follow the board's counts (`GpuCounts.add`), so the two never
 disagree about what a GPU is.
 """
@@ -57,7 +59,7 @@ def _nodes(node_filter: BoardFilter, node_ids=None):
     if node_ids is not None:
         nodes = nodes.filter(id__in=node_ids)
     return nodes.order_by("name").values_list(
-        "id", "name", "status", "active_remediation", "partition_names"
+        "id", "name", "status", "active_remediation", "partition_names", "cluster__name"
     )
 
 
@@ -77,31 +79,29 @@ def _letters(health: list[str], status: str, remediation: str) -> str:
 
 
 def payload(node_filter: BoardFilter) -> dict:
-    """What fleet.js draws: groups of node names and one letter per GPU."""
+    """What fleet.js draws: per partition of each cluster, its node names and one letter
+    per GPU."""
     nodes = list(_nodes(node_filter))
     unfiltered = node_filter == BoardFilter()
     health = _codes_by_node(None if unfiltered else [row[0] for row in nodes])
-    groups: dict[str, dict] = {}
-    for node_id, name, status, remediation, partitions in nodes:
+    groups: dict[tuple[str, str], dict] = {}
+    for node_id, name, status, remediation, partitions, cluster in nodes:
         group_name = partitions.split(",")[0] if partitions else UNGROUPED
-        group = groups.setdefault(group_name, {"name": group_name, "nodes": [], "gpus": []})
+        group = groups.setdefault(
+            (group_name, cluster), {"name": group_name, "cluster": cluster, "nodes": [], "gpus": []}
+        )
         group["nodes"].append(name)
         group["gpus"].append(_letters(health.get(node_id, []), status, remediation))
-    return {
-        "states": STATE_CODES,
-        "groups": [
-            {"name": g["name"], "nodes": g["nodes"], "gpus": g["gpus"]}
-            for g in sorted(groups.values(), key=lambda g: g["name"])
-        ],
-    }
+    return {"states": STATE_CODES, "groups": [groups[key] for key in sorted(groups)]}
 
 
 def delta(rows: list[dict], gpus: dict[int, list]) -> dict:
-    """The new letters of the changed nodes (the board's own rows for them: no query of
-    its own), for pages already showing the fleet."""
+    """The new letters of the changed nodes, each as [cluster, name, letters] (the
+    board's own rows for them: no query of its own), for pages already showing the fleet."""
     return {
         "fleet": [
             [
+                row["cluster__name"],
                 row["name"],
                 _letters(
                     [health for _, health, _ in gpus.get(row["id"], [])],
@@ -136,7 +136,7 @@ def problem_rows(node_filter: BoardFilter) -> tuple[list[dict], int]:
     )
     total = nodes.count()
     rows = list(
-        nodes.order_by("name").values(
+        nodes.order_by("name", "cluster__name").values(
             "id",
             "name",
             "status",

@@ -84,7 +84,13 @@ def _fleet(request, node_filter: BoardFilter):
     if target == COUNTS_REGION:
         return render(request, "clusters/partials/counts.html", context)
     problems, problem_count = canvas.problem_rows(node_filter)
-    context.update(problems=problems, problem_count=problem_count, shown=canvas.PROBLEM_ROWS)
+    context.update(
+        problems=problems,
+        problem_count=problem_count,
+        shown=canvas.PROBLEM_ROWS,
+        # All clusters: each row names its cluster, where two may share a node's name.
+        several=node_filter.cluster_id is None and tiles_qualified(),
+    )
     if target == PROBLEMS_REGION:
         return render(request, "clusters/partials/fleet_problems.html", context)
     context.update(
@@ -94,18 +100,14 @@ def _fleet(request, node_filter: BoardFilter):
         statuses=NodeStatus.choices,
         cluster=_banner_cluster(request),
         data_url=f"{reverse('fleet-data')}?{_with_cluster(request).urlencode()}",
-        node_url=_fleet_node_url(request),
+        node_url=_fleet_node_url(),
     )
     return render(request, "clusters/fleet.html", context)
 
 
-def _fleet_node_url(request) -> str:
-    # static/js/fleet.js puts a node's name for NODE; its payload names no cluster, so a
-    # fleet of all clusters links by name alone, which asks which cluster where needed.
-    cluster = viewed_cluster(request)
-    if cluster is None:
-        return reverse("node-detail", args=["NODE"])
-    return reverse("cluster-node", args=[cluster.name, "NODE"])
+def _fleet_node_url() -> str:
+    # static/js/fleet.js puts a node's cluster for CLUSTER and its name for NODE.
+    return reverse("cluster-node", args=["CLUSTER", "NODE"])
 
 
 def _with_cluster(request):

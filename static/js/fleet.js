@@ -1,8 +1,10 @@
 // The fleet view (clusters/canvas.py): every GPU of a large cluster drawn on one
-// canvas per partition from a compact payload, {"groups": [{"name", "nodes":
-// [names], "gpus": ["hhhhfhhh", ...]}]}, one letter per GPU. The live socket
-// (topic "fleet") sends {"fleet": [[name, letters], ...]} for the nodes that
-// changed; each is painted in place, without a fetch. After each (re)connect the
+// canvas per partition of each cluster from a compact payload, {"groups": [{"name",
+// "cluster", "nodes": [names], "gpus": ["hhhhfhhh", ...]}]}, one letter per GPU. The
+// live socket (topic "fleet") sends {"fleet": [[cluster, name, letters], ...]} for
+// the nodes that changed; each is painted in place, without a fetch. A node is
+// known by its cluster and name: on a fleet of all clusters two clusters may each
+// have a gpu-01, and neither may be painted with the other's letters. After each (re)connect the
 // payload is fetched again, so nothing missed while the socket was down stays
 // missed; deltas that arrive while a fetch is in flight are applied again on top
 // of it (each carries a node's whole state, so applying one twice is harmless).
@@ -17,10 +19,15 @@
   var COLOURS = {h: "#2e9e5b", d: "#e0a030", f: "#d63b3b", r: "#8854d0", o: "#9aa1ad"};
   var NAMES = {h: "healthy", d: "degraded", f: "failed", r: "in remediation", o: "out of service"};
   var root = null;
-  var groups = []; // {name, nodes, gpus, canvas, perRow, blockW, blockH}
-  var where = {}; // node name -> [group, position]
+  var groups = []; // {name, cluster, nodes, gpus, canvas, perRow, blockW, blockH}
+  var where = {}; // key(cluster, node name) -> [group, position]
+  var several = false; // whether the groups are of more than one cluster
   var loading = null; // deltas received while a fetch is in flight, or null
   var generation = 0;
+
+  function key(cluster, name) {
+    return cluster + "/" + name; // a cluster's name never holds a "/"
+  }
 
   function blockSize(gpuCount) {
     var lines = Math.max(1, Math.ceil(gpuCount / PER_LINE));
@@ -63,16 +70,19 @@
     section.className = "fleet-group";
     var heading = document.createElement("h3");
     var link = document.createElement("a");
-    link.href = root.dataset.boardUrl + "?partition=" + encodeURIComponent(group.name);
-    link.textContent = group.name;
-    link.title = "Show only partition " + group.name;
+    var named = several ? group.name + " on " + group.cluster : group.name;
+    link.href = root.dataset.boardUrl + "?partition=" + encodeURIComponent(group.name) +
+      (several ? "&cluster=" + encodeURIComponent(group.cluster) : "");
+    link.textContent = named;
+    link.title = "Show only partition " + named;
     heading.appendChild(link);
     heading.appendChild(document.createTextNode(" " + group.nodes.length + " nodes"));
     var canvas = document.createElement("canvas");
     canvas.className = "fleet-canvas";
     canvas.setAttribute("role", "img");
-    canvas.setAttribute("aria-label", "GPUs of partition " + group.name + "; the table below lists the nodes that are not healthy");
+    canvas.setAttribute("aria-label", "GPUs of partition " + named + "; the table below lists the nodes that are not healthy");
     canvas.dataset.group = group.name;
+    canvas.dataset.cluster = group.cluster;
     section.appendChild(heading);
     section.appendChild(canvas);
     group.canvas = canvas;
@@ -81,14 +91,18 @@
     canvas.addEventListener("click", function (event) {
       var position = positionAt(group, event);
       if (position !== null) {
-        window.location.href = nodeUrl(group.nodes[position]);
+        window.location.href = nodeUrl(group.cluster, group.nodes[position]);
       }
     });
     return section;
   }
 
-  function nodeUrl(name) {
-    return root.dataset.nodeUrl.replace("NODE", encodeURIComponent(name));
+  function nodeUrl(cluster, name) {
+    // The node's cluster address. CLUSTER first: a cluster's name is lower case, so
+    // it cannot hold "NODE", while a node's name might hold "CLUSTER".
+    return root.dataset.nodeUrl
+      .replace("CLUSTER", encodeURIComponent(cluster))
+      .replace("NODE", encodeURIComponent(name));
   }
 
   function positionAt(group, event) {
@@ -110,7 +124,8 @@
         bad.push("GPU " + g + " " + (NAMES[letters.charAt(g)] || "unknown"));
       }
     }
-    return group.nodes[position] + ": " + (bad.length ? bad.join(", ") : letters.length + " GPUs healthy");
+    var named = several ? group.nodes[position] + " on " + group.cluster : group.nodes[position];
+    return named + ": " + (bad.length ? bad.join(", ") : letters.length + " GPUs healthy");
   }
 
   function point(group, event) {
@@ -131,9 +146,12 @@
     container.textContent = "";
     groups = payload.groups;
     where = {};
+    several = groups.some(function (group) { return group.cluster !== groups[0].cluster; });
     groups.forEach(function (group) {
       container.appendChild(groupElement(group));
-      group.nodes.forEach(function (name, position) { where[name] = [group, position]; });
+      group.nodes.forEach(function (name, position) {
+        where[key(group.cluster, name)] = [group, position];
+      });
     });
     groups.forEach(drawGroup);
     root.dataset.drawn = String(generation);
@@ -176,11 +194,11 @@
   function apply(changes) {
     var painted = [];
     changes.forEach(function (change) {
-      var found = where[change[0]];
-      if (found && found[0].gpus[found[1]] !== change[1]) {
-        found[0].gpus[found[1]] = change[1];
+      var found = where[key(change[0], change[1])];
+      if (found && found[0].gpus[found[1]] !== change[2]) {
+        found[0].gpus[found[1]] = change[2];
         paintNode(found[0], found[1]);
-        painted.push(change[0]);
+        painted.push(change[1]);
       }
     });
     if (painted.length) {
@@ -212,10 +230,16 @@
     }
   });
 
-  // Where a GPU is drawn, for tests and benchmarks that look at the pixels.
+  // Where a GPU is drawn, for tests and benchmarks that look at the pixels: of node
+  // NAME on CLUSTER, or without CLUSTER on the first cluster drawn that has it.
   window.MedbayFleet = {
-    locate: function (name, gpu) {
-      var found = where[name];
+    locate: function (name, gpu, cluster) {
+      var found = null;
+      if (cluster !== undefined) {
+        found = where[key(cluster, name)];
+      } else {
+        groups.some(function (group) { found = where[key(group.cluster, name)]; return !!found; });
+      }
       if (!found) {
         return null;
       }
@@ -223,6 +247,7 @@
       var position = found[1];
       return {
         group: group.name,
+        cluster: group.cluster,
         x: (position % group.perRow) * group.blockW + (gpu % PER_LINE) * CELL + 1,
         y: Math.floor(position / group.perRow) * group.blockH + Math.floor(gpu / PER_LINE) * CELL + 1
       };

@@ -90,7 +90,10 @@ def test_a_change_is_sent_to_fleet_pages_as_the_nodes_new_letters(
         record_gpu_fault(cluster, sim.inject_xid("gpu-02", 6, 79))
     deltas = [json.loads(html) for group, html in sent if group == live.FLEET_GROUP]
     # The GPU fails, then the XID 79 policy's replacement takes the node in hand.
-    assert deltas == [{"fleet": [["gpu-02", "hhhhhhfh"]]}, {"fleet": [["gpu-02", "rrrrrrfr"]]}]
+    assert deltas == [
+        {"fleet": [["test", "gpu-02", "hhhhhhfh"]]},
+        {"fleet": [["test", "gpu-02", "rrrrrrfr"]]},
+    ]
 
 
 def test_the_table_lists_the_nodes_that_are_not_healthy(client, researcher, sim, cluster, large):
