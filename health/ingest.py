@@ -384,7 +384,7 @@ def _publish_after_commit(
     # them here spares the publisher a query over every row of a large batch.
     newest = sorted(rows, key=lambda row: (row.last_observed_at, row.pk))
     event_ids = [row.pk for row in newest[-LIVE_ROWS_PER_BATCH:]]
-    incident_ids, node_id = list(result.changed_incident_ids), node.pk
+    incident_ids, node_id, cluster_id = list(result.changed_incident_ids), node.pk, node.cluster_id
     passed = sorted(
         {
             (row.check_name, row.gpu_index)
@@ -398,7 +398,7 @@ def _publish_after_commit(
         from health.live import publish_events
 
         with live.one_trip():
-            publish_events(event_ids)
+            publish_events(event_ids, cluster_id)
             if gpus_changed:
                 publish_nodes([node_id])
         if incident_ids:

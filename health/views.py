@@ -10,6 +10,7 @@ from core.roles import ANY_ROLE, role_required
 from health.live import EVENTS_REGION
 from health.models import HealthEvent, Severity
 from health.queries import filter_events, fold_groups
+from identity.cluster_view import viewed_cluster, viewed_name
 from portal.regions import pushable, shared_region
 from remediation.correlation import grouping_rule
 from remediation.deciding import PRODUCT_DEFAULTS, default_for_xid
@@ -23,12 +24,18 @@ MODE_WORDS = {
 }
 
 
+def _on_viewed_cluster(request, events):
+    """EVENTS of the cluster the page shows (identity.cluster_view), or of all."""
+    shown = viewed_cluster(request)
+    return events if shown is None else events.filter(node__cluster=shown)
+
+
 @pushable("event-rows")
 @role_required(*ANY_ROLE)
 def event_feed(request):
     def page(template: str):
         events = HealthEvent.objects.select_related("node__cluster", "incident__group")
-        events = filter_events(events, request.GET)
+        events = filter_events(_on_viewed_cluster(request, events), request.GET)
         context = {
             "rows": fold_groups(events[:FEED_LIMIT]),
             "params": request.GET,
@@ -38,9 +45,13 @@ def event_feed(request):
         return render(request, template, context)
 
     if request.htmx and request.htmx.target == "event-rows":
-        # Every role sees the same events: one rendering serves every open feed.
+        # Every role sees the same events: one rendering serves every open feed that
+        # shows the same cluster.
         return shared_region(
-            request, EVENTS_REGION, lambda: page("health/partials/event_rows.html")
+            request,
+            EVENTS_REGION,
+            lambda: page("health/partials/event_rows.html"),
+            viewer=f"cluster:{viewed_name(request)}",
         )
     return page("health/event_feed.html")
 
@@ -79,7 +90,8 @@ def xid_detail(request, code: int):
     if code > 100_000:
         raise Http404("No such XID")
     info = catalogue.lookup(code)
-    recent = HealthEvent.objects.filter(xid=code).select_related("node__cluster")[:50]
+    recent = _on_viewed_cluster(request, HealthEvent.objects.filter(xid=code))
+    recent = recent.select_related("node__cluster")[:50]
     action, mode = default_for_xid(code)
     context = {
         "info": info,
@@ -96,5 +108,6 @@ def xid_detail(request, code: int):
             request,
             EVENTS_REGION,
             lambda: render(request, "health/partials/xid_event_rows.html", context),
+            viewer=f"cluster:{viewed_name(request)}",
         )
     return render(request, "health/xid_detail.html", context)

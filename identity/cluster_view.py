@@ -9,6 +9,8 @@ cluster, never shown to a person looking at another one.
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.http import Http404
 from django.utils import timezone
 
@@ -92,4 +94,14 @@ def switcher(request) -> dict:
         # What the page's live socket adds to its topics (portal.consumers): ":lab".
         "cluster_topic": f":{shown.name}" if shown else "",
         "cluster_param": shown.name if shown else ALL_CLUSTERS,
+        # The page shows several clusters: rows name theirs, as two may share a node name.
+        "clusters_several_shown": shown is None and len(clusters) > 1,
+        # What a region's own address adds, so that it is fetched for the cluster its
+        # page shows: "?cluster=lab"; "" where the page shows the remembered choice of
+        # all clusters (as partials/cluster_input.html).
+        "cluster_query": (
+            "?" + urlencode({"cluster": shown.name if shown else ALL_CLUSTERS})
+            if shown or request.GET.get("cluster")
+            else ""
+        ),
     }

@@ -107,9 +107,13 @@ def decide_due() -> int:
     return sum(_sweep(cluster_id, [], policies) for cluster_id in clusters)
 
 
-def undecidable():
-    """Incidents whose decision kept failing, newest first: for the approval queue."""
-    return Incident.objects.exclude(decision_error="").select_related("node").order_by("-pk")
+def undecidable(cluster_id: int | None = None):
+    """Incidents whose decision kept failing, newest first: for the approval queue (of
+    one cluster, or of all with None)."""
+    incidents = Incident.objects.exclude(decision_error="")
+    if cluster_id is not None:
+        incidents = incidents.filter(node__cluster_id=cluster_id)
+    return incidents.select_related("node__cluster").order_by("-pk")
 
 
 def decide_again(incident: Incident) -> list[Decision]:
@@ -297,7 +301,10 @@ def _note_failures(failed: dict[int, str]) -> None:
     if not failed:
         return
     now = timezone.now()
-    counts = dict(Incident.objects.filter(pk__in=failed).values_list("pk", "decision_failures"))
+    known = Incident.objects.filter(pk__in=failed)
+    rows = list(known.values_list("pk", "decision_failures", "node__cluster_id"))
+    counts = {pk: number for pk, number, _ in rows}
+    clusters = {cluster_id for _, _, cluster_id in rows}
     for pk, error in failed.items():
         failures = counts.get(pk, 0) + 1
         if failures >= MAX_DECISION_FAILURES:
@@ -307,7 +314,9 @@ def _note_failures(failed: dict[int, str]) -> None:
             delay = DECISION_BACKOFF_S * 2 ** (failures - 1)
             fields = {"decide_after": now + timedelta(seconds=delay)}
         Incident.objects.filter(pk=pk).update(decision_failures=failures, **fields)
-    live.poke(live.REMEDIATION_GROUP, [services.RUNS_REGION])  # the approval queue
+    # The approval queues of all clusters and of the incidents' own.
+    groups = live.cluster_groups(live.REMEDIATION_GROUP, clusters)
+    live.poke_many((group, [services.RUNS_REGION]) for group in groups)
 
 
 # ----------------------------------------------------------------- one incident

@@ -190,7 +190,7 @@ def _join_part(group: FaultGroup, incidents: list[Incident]) -> FaultGroup:
         incident.group, incident.group_id = group, group.pk
     group.summary = summarize_part(group)
     FaultGroup.objects.filter(pk=group.pk).update(summary=group.summary)
-    transaction.on_commit(lambda: publish_events([group.pk]))
+    transaction.on_commit(lambda: publish_events([group.pk], group.cluster_id))
     return group
 
 
@@ -260,7 +260,7 @@ def _join_group(job: Job, incidents: list[Incident]) -> FaultGroup:
     if joined is None:
         transaction.on_commit(lambda: _tell_the_owner(group.pk))
     # Open feeds fold the group's events into one row.
-    transaction.on_commit(lambda: publish_events([group.pk]))
+    transaction.on_commit(lambda: publish_events([group.pk], group.cluster_id))
     return group
 
 

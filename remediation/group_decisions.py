@@ -23,7 +23,7 @@ def split(group: FaultGroup, user) -> list[int]:
     )
     Incident.objects.filter(pk__in=ids).update(decision_due=True, decide_after=None)
     on_incidents(ids)
-    transaction.on_commit(lambda: publish_events([group.pk]))
+    transaction.on_commit(lambda: publish_events([group.pk], group.cluster_id))
     return ids
 
 
@@ -79,7 +79,7 @@ def group_by_hand(text: str, user, *, note: str = "", into: FaultGroup | None = 
         members = list(Incident.objects.filter(group=group).values_list("node_id", flat=True))
         group.summary = f"{len(members)} incidents on {len(set(members))} nodes, {group.rule}"
         FaultGroup.objects.filter(pk=group.pk).update(summary=group.summary[:500])
-    transaction.on_commit(lambda: publish_events([group.pk]))
+    transaction.on_commit(lambda: publish_events([group.pk], group.cluster_id))
     return group
 
 

@@ -156,16 +156,20 @@ def _next_url(request, default: str) -> str:
 
 @role_required(Role.ADMIN)
 def approvals(request):
+    """The runs awaiting approval and the undecidable incidents of the cluster shown."""
+    shown = viewed_cluster(request)
     runs = Remediation.objects.filter(status=RunStatus.AWAITING_APPROVAL).select_related(
         *RUN_RELATED, "node__pool", "node__cluster"
     )
+    if shown is not None:
+        runs = runs.filter(node__cluster=shown)
     queue = [(run, actions.run_impact(run)) for run in runs]
     charts = [_with_demand_chart(run) for run, _ in queue]
     context = {
         "demand_charts": any(charts),
         "queue": queue,
         "form": DecisionForm(),
-        "undecidable": admission.undecidable()[:UNDECIDABLE_SHOWN],
+        "undecidable": admission.undecidable(shown and shown.pk)[:UNDECIDABLE_SHOWN],
     }
     return render(request, "remediation/approvals.html", context)
 

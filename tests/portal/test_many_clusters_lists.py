@@ -63,3 +63,68 @@ def test_a_fleet_of_all_clusters_names_each_unhealthy_nodes_cluster(
     assert '<th scope="col">Cluster</th>' in page
     one = client.get("/?cluster=second").content.decode()
     assert 'id="problem-gpu-03"' in one and '<th scope="col">Cluster</th>' not in one
+
+
+def _on_second_approval(second):
+    from clusters.models import Node
+    from remediation import services
+    from remediation.models import Mode, Trigger
+
+    node = Node.objects.get(cluster=second, name="gpu-02")
+    return services.create_run(
+        node, "drain", trigger=Trigger.POLICY, reason="asks first", mode=Mode.APPROVAL, actor="t"
+    )
+
+
+def test_the_event_feed_shows_the_chosen_clusters_events_and_names_clusters_on_all(
+    researcher, sim, second
+):
+    from demo.simulation import record_gpu_fault
+
+    record_gpu_fault(second, second.backend_sim.inject_xid("gpu-02", 3, 31))
+    client = logged_in(researcher)
+    on_second = client.get("/health/events/?cluster=second").content.decode()
+    assert 'href="/nodes/second/gpu-02/"' in on_second and "event-cluster" not in on_second
+    on_test = client.get("/health/events/?cluster=test").content.decode()
+    assert "/nodes/second/gpu-02/" not in on_test
+    assert "topics=events%3Atest" in on_test
+    rows = client.get(
+        "/health/events/?cluster=test", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="event-rows"
+    ).content.decode()
+    assert "/nodes/second/" not in rows and 'id="no-events"' in rows
+    everything = client.get("/health/events/?cluster=all").content.decode()
+    assert 'gpu-02</a> <span class="muted event-cluster">second</span>' in everything
+    xid_page = client.get("/health/xid/31/?cluster=test").content.decode()
+    assert "/nodes/second/gpu-02/" not in xid_page
+    assert "/nodes/second/gpu-02/" in client.get("/health/xid/31/?cluster=all").content.decode()
+
+
+def test_an_event_on_one_cluster_pokes_only_its_feeds_and_those_of_all(
+    sim, synced, second, monkeypatch, django_capture_on_commit_callbacks
+):
+    from demo.simulation import record_gpu_fault
+
+    sent = []
+    monkeypatch.setattr(live, "send_events", lambda events: sent.extend(events))
+    with django_capture_on_commit_callbacks(execute=True):
+        record_gpu_fault(second, second.backend_sim.inject_xid("gpu-02", 3, 31))
+    poked = {group for group, event in sent if "events" in event.get("regions", ())}
+    assert poked == {"events", f"events.{second.pk}"}
+
+
+def test_the_approval_queue_shows_the_chosen_clusters_runs_only(admin_user, sim, synced, second):
+    run = _on_second_approval(second)
+    client = logged_in(admin_user)
+    on_test = client.get("/remediation/approvals/?cluster=test").content.decode()
+    assert f'id="approval-{run.pk}"' not in on_test
+    assert "topics=remediation%3Atest" in on_test
+    assert 'hx-get="/remediation/approvals/?cluster=test"' in on_test
+    on_second = client.get("/remediation/approvals/?cluster=second").content.decode()
+    assert f'id="approval-{run.pk}"' in on_second
+    assert f'id="approval-{run.pk}"' in client.get("/remediation/approvals/").content.decode()
+
+
+def test_with_one_cluster_the_approval_queue_fetches_itself_as_before(admin_user, synced):
+    page = logged_in(admin_user).get("/remediation/approvals/").content.decode()
+    assert 'hx-get="/remediation/approvals/" hx-select' in page
+    assert "topics=remediation%22" in page or 'topics=remediation"' in page
