@@ -21,6 +21,8 @@ from core import live
 COUNTS_REGION = "board-counts"
 # The fleet view's table of nodes that are not healthy (clusters.canvas).
 PROBLEMS_REGION = "fleet-problems"
+# The all-clusters overview's cards (portal.overview): each cluster's nodes and sync.
+OVERVIEW_REGION = "cluster-overview"
 
 
 def publish_nodes(node_ids: Iterable[int]) -> None:
@@ -42,6 +44,7 @@ def _publish_nodes_now(node_ids: list[int]) -> None:
         _publish_to(live.cluster_group, cluster_id, changed, gpus, qualified=False)
         live.poke_node_pages((row["name"] for row in changed), cluster_id)
     _publish_to(lambda group, _: group, None, rows, gpus, qualified=several)
+    live.poke(live.CLUSTERS_GROUP, [OVERVIEW_REGION])
 
 
 def _publish_to(group_of, cluster_id, rows: list[dict], gpus, *, qualified: bool) -> None:
@@ -61,3 +64,5 @@ def publish_banner(cluster_id: int) -> None:
     html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
     for group in live.cluster_groups(live.BOARD_GROUP, [cluster_id]):
         live.send_html(group, html)
+    # The overview says each cluster's sync in words: its card changes too.
+    live.poke(live.CLUSTERS_GROUP, [OVERVIEW_REGION])

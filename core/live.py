@@ -31,7 +31,11 @@ EVENTS_GROUP = "events"
 REMEDIATION_GROUP = "remediation"
 # The board of a large cluster (clusters.canvas): compact deltas, never tiles.
 FLEET_GROUP = "fleet"
-ALL_GROUPS = (BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP, FLEET_GROUP)
+# The all-clusters overview (portal.overview): pokes only.
+CLUSTERS_GROUP = "clusters"
+ALL_GROUPS = (
+    BOARD_GROUP, JOBS_GROUP, EVENTS_GROUP, REMEDIATION_GROUP, FLEET_GROUP, CLUSTERS_GROUP
+)  # fmt: skip
 JOBS_REGION = "jobs"
 
 # The in-memory layer's queues belong to the event loop the consumers run in;

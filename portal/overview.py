@@ -2,6 +2,11 @@
 
 A page that combines apps (the fleet, remediation, the sync's record), so it sits with
 the portal. A fixed handful of grouped queries whatever the number of clusters or nodes.
+
+Live: a change of a cluster's nodes or of its sync's state pokes the page
+(clusters.live), which fetches its cards again; one rendering serves every open
+overview for a few seconds, and the page also fetches them now and then, so that
+"synced 3 s ago" does not stay on the page for an hour.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from clusters.board import OUT_OF_SERVICE
+from clusters.live import OVERVIEW_REGION
 from clusters.models import Cluster, Gpu, GpuHealth, Node, NodeStatus
 from core.roles import ANY_ROLE, role_required
+from portal.regions import pushable, shared_region
 from remediation.models import Remediation
 from remediation.transitions import ACTIVE
 
@@ -24,6 +31,9 @@ from remediation.transitions import ACTIVE
 # STALE_MIN) has stopped or keeps failing, whatever the controller last said.
 STALE_INTERVALS = 10
 STALE_MIN = timedelta(seconds=30)
+# One rendering of the cards serves every open overview within this many seconds: the
+# sync's age in words is no truer than that.
+RENDERING_SHARED_S = 5
 
 
 @dataclass
@@ -85,6 +95,10 @@ def sync_said(cluster: Cluster, now: datetime) -> tuple[bool, str]:
         since = cluster.controller_down_since
         when = f" for {timesince(since, now)}" if since else ""
         return False, f"Slurm controller unreachable{when}: showing the last state read."
+    if cluster.sync_error:
+        since = cluster.sync_error_since
+        when = f" for {timesince(since, now)}" if since else ""
+        return False, f"Sync failing{when}: showing the last state read."
     if last is None:
         return False, "Never synced yet."
     stale_after = max(STALE_MIN, timedelta(seconds=STALE_INTERVALS * cluster.sync_interval_s))
@@ -96,7 +110,21 @@ def sync_said(cluster: Cluster, now: datetime) -> tuple[bool, str]:
     return True, f"Synced {timesince(last, now)} ago."
 
 
+@pushable(OVERVIEW_REGION)
 @role_required(*ANY_ROLE)
 def overview(request):
     """Every cluster at a glance: everyone who may see the board may see this."""
-    return render(request, "clusters/overview.html", {"summaries": summaries()})
+    if request.htmx and request.htmx.target == OVERVIEW_REGION:
+        # The same cards for everyone: one rendering per version and a few seconds.
+        moment = int(timezone.now().timestamp()) // RENDERING_SHARED_S
+        return shared_region(
+            request,
+            OVERVIEW_REGION,
+            lambda: render(request, "clusters/partials/overview_cards.html", _context()),
+            viewer=f"at:{moment}",
+        )
+    return render(request, "clusters/overview.html", _context())
+
+
+def _context() -> dict:
+    return {"summaries": summaries()}

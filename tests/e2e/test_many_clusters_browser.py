@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import expect, launch_portal, log_in, require_browser, watch_for_problems
+from tests.e2e.conftest import (
+    WATCH_SOCKET,
+    expect,
+    launch_portal,
+    log_in,
+    require_browser,
+    wait_for_socket,
+    watch_for_problems,
+)
+from tests.e2e.portal_server import NODE_PREFIX
 
 pytestmark = pytest.mark.browser
 
@@ -91,4 +100,25 @@ def test_on_a_phone_the_switcher_fits_the_bar_beside_the_name_and_the_menu(page,
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     options = box("#cluster-switcher form")
     assert options["x"] >= 0 and options["x"] + options["width"] <= 390
+    problems.assert_none()
+
+
+def test_the_overview_changes_a_clusters_card_live_when_its_nodes_change(page, two_clusters):
+    portal, _ = two_clusters
+    node = f"{NODE_PREFIX}-04"
+    problems = watch_for_problems(page)
+    page.add_init_script(WATCH_SOCKET)
+    log_in(page, portal, "manager")
+    page.goto(f"{portal.url}/clusters/overview/")
+    wait_for_socket(page)
+    card = page.locator("#cluster-e2e .cluster-nodes")
+    expect(card.locator(".badge-drained")).to_have_count(0)
+    other = page.locator("#cluster-e2e-b .cluster-nodes").inner_text()
+
+    portal.command("drain", node=node, reason="e2e: overview")
+    expect(card.locator(".badge-drained")).to_have_text("1 drained", timeout=3000)
+    portal.command("resume", node=node)
+    expect(card.locator(".badge-drained")).to_have_count(0, timeout=3000)
+    expect(page.locator("#cluster-e2e-b .cluster-nodes")).to_have_text(other)
+    assert page.evaluate("window.__medbayNoReload === true"), "the page was reloaded"
     problems.assert_none()

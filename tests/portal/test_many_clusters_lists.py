@@ -128,3 +128,51 @@ def test_with_one_cluster_the_approval_queue_fetches_itself_as_before(admin_user
     page = logged_in(admin_user).get("/remediation/approvals/").content.decode()
     assert 'hx-get="/remediation/approvals/" hx-select' in page
     assert "topics=remediation%22" in page or 'topics=remediation"' in page
+
+
+def test_the_overview_says_a_failing_sync_in_words_and_since_when(manager, second):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters.models import Cluster
+
+    since = timezone.now() - timedelta(minutes=7)
+    Cluster.objects.filter(name="second").update(
+        sync_error="slurm.conf /etc/nowhere.conf does not exist on this host",
+        sync_error_since=since,
+        last_sync_at=since,
+    )
+    page = logged_in(manager).get("/clusters/overview/").content.decode()
+    card = page[page.index('id="cluster-second"') :]
+    assert "Sync failing for 7" in card
+    assert f"failing since {timezone.localtime(since):%Y-%m-%d %H:%M:%S}" in card
+    assert "slurm.conf /etc/nowhere.conf does not exist on this host" in card
+    assert 'id="sync-error-test"' not in page
+    assert "topics=clusters" in page
+
+
+def test_the_overviews_cards_are_fetched_alone_for_its_live_updates(manager, second):
+    response = logged_in(manager).get(
+        "/clusters/overview/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="cluster-overview"
+    )
+    text = response.content.decode()
+    assert text.lstrip().startswith('<div class="cluster-overview" id="cluster-overview"')
+    assert 'id="cluster-second"' in text and "csrf" not in text
+
+
+def test_a_clusters_node_or_sync_change_pokes_the_overview(
+    sim, second, monkeypatch, django_capture_on_commit_callbacks
+):
+    from sync.cycle import record_sync_error
+
+    sent = []
+    monkeypatch.setattr(live, "send_events", lambda events: sent.extend(events))
+    second.backend_sim.drain_node("gpu-02", "only on second")
+    with django_capture_on_commit_callbacks(execute=True):
+        second.sync()
+    assert ("clusters", {"type": "live.poke", "regions": ["cluster-overview"]}) in sent
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        record_sync_error(second, "slurmrestd unreachable")
+    assert ("clusters", {"type": "live.poke", "regions": ["cluster-overview"]}) in sent
