@@ -143,6 +143,20 @@ def _node_url_template() -> str:
     return reverse("cluster-node", args=[_CLUSTER_MARKER, _NAME_MARKER])
 
 
+def banner_context(cluster: Cluster | None) -> dict:
+    """What the board's banner speaks for (clusters/partials/banner.html): CLUSTER, or
+    with None every enabled cluster, each problem then named by its cluster where
+    there are several."""
+    clusters = [cluster] if cluster else list(Cluster.objects.filter(enabled=True).order_by("name"))
+    several = len(clusters) > 1
+    return {
+        "banner_clusters": clusters,
+        "banner_several": several,
+        # The breaker's trips and refusals shown: of one cluster, or of all (None).
+        "banner_one": cluster if cluster and Cluster.objects.count() > 1 else None,
+    }
+
+
 def tiles_qualified() -> bool:
     """Whether a board of all clusters names its tiles by cluster too: where more than
     one cluster has nodes, two of them may share a name (one small query)."""

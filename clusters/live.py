@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from django.template.loader import render_to_string
 
-from clusters.board import BoardFilter, board_rows, render_tiles, tiles_qualified
+from clusters.board import BoardFilter, banner_context, board_rows, render_tiles, tiles_qualified
 from clusters.canvas import delta as fleet_delta
 from clusters.models import Cluster
 from core import live
@@ -59,10 +59,15 @@ def _publish_to(group_of, cluster_id, rows: list[dict], gpus, *, qualified: bool
 
 
 def publish_banner(cluster_id: int) -> None:
-    """The board's banner (Slurm unreachable, partitions edited outside Medbay)."""
+    """The board's banner (Slurm unreachable, partitions edited outside Medbay): the
+    cluster's own to its boards, and the one of every cluster to the boards of all."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
-    html = render_to_string("clusters/partials/banner.html", {"cluster": cluster, "oob": True})
-    for group in live.cluster_groups(live.BOARD_GROUP, [cluster_id]):
-        live.send_html(group, html)
+    if cluster is None:
+        return
+    for shown, group in ((cluster, live.cluster_group), (None, lambda name, _: name)):
+        context = {**banner_context(shown), "oob": True}
+        html = render_to_string("clusters/partials/banner.html", context)
+        for page in (live.BOARD_GROUP, live.FLEET_GROUP):
+            live.send_html(group(page, cluster_id), html)
     # The overview says each cluster's sync in words: its card changes too.
     live.poke(live.CLUSTERS_GROUP, [OVERVIEW_REGION])

@@ -11,7 +11,14 @@ from django.urls import reverse
 
 from clusters import canvas, configure
 from clusters.addresses import asks_which_cluster, node_at, node_named, node_url
-from clusters.board import BoardFilter, board_rows, count_gpus, render_tiles, tiles_qualified
+from clusters.board import (
+    BoardFilter,
+    banner_context,
+    board_rows,
+    count_gpus,
+    render_tiles,
+    tiles_qualified,
+)
 from clusters.config import ClusterConfig, ClusterConfigError
 from clusters.forms import ClusterForm, initial_for
 from clusters.live import COUNTS_REGION, PROBLEMS_REGION
@@ -68,7 +75,7 @@ def _board(request):
         "partitions": _partitions(node_filter.cluster_id),
         "pools": PoolKind.choices,
         "statuses": NodeStatus.choices,
-        "cluster": _banner_cluster(request),
+        **banner_context(viewed_cluster(request)),
     }
     if request.htmx and request.htmx.target == "board-body":
         return render(request, "clusters/partials/board_body.html", context)
@@ -98,7 +105,7 @@ def _fleet(request, node_filter: BoardFilter):
         partitions=_partitions(node_filter.cluster_id),
         pools=PoolKind.choices,
         statuses=NodeStatus.choices,
-        cluster=_banner_cluster(request),
+        **banner_context(viewed_cluster(request)),
         data_url=f"{reverse('fleet-data')}?{_with_cluster(request).urlencode()}",
         node_url=_fleet_node_url(),
     )
@@ -116,11 +123,6 @@ def _with_cluster(request):
     if viewed_cluster(request) is not None:
         params["cluster"] = viewed_name(request)
     return params
-
-
-def _banner_cluster(request) -> Cluster | None:
-    # All clusters: the banner speaks for the first; the overview speaks for each.
-    return viewed_cluster(request) or Cluster.objects.order_by("pk").first()
 
 
 @role_required(*ANY_ROLE)

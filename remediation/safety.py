@@ -367,14 +367,27 @@ def latest_refusal(node: Node) -> BreakerRefusal | None:
     return refused.select_related("trip").order_by("-at", "-id").first()
 
 
-def refused_nodes(limit: int = 10) -> tuple[list[BreakerRefusal], int]:
+def refused_nodes(limit: int = 10, cluster_id: int | None = None) -> tuple[list, int]:
     """Each node's latest refusal by the open trips, newest first (at most LIMIT), and
-    how many nodes they refused in all: what the board's breaker banner lists."""
+    how many nodes they refused in all: what the board's breaker banner lists (of one
+    cluster's nodes, or of every cluster's with None)."""
     refused = BreakerRefusal.objects.filter(trip__closed_at__isnull=True)
+    if cluster_id is not None:
+        refused = refused.filter(node__cluster_id=cluster_id)
     latest = refused.order_by().values("node_id").annotate(last=Max("pk")).values("last")
     rows = BreakerRefusal.objects.filter(pk__in=Subquery(latest)).select_related("node__cluster")
     total = refused.order_by().values("node_id").distinct().count()
     return list(rows.order_by("-pk")[:limit]), total
+
+
+def trip_clusters(trips: list[BreakerTrip]) -> dict[int, list[str]]:
+    """The names of the clusters each trip refused nodes of (one query): a trip is
+    written with its first refusal, so each open trip names at least one."""
+    named: dict[int, set[str]] = {}
+    refusals = BreakerRefusal.objects.filter(trip__in=[trip.pk for trip in trips]).order_by()
+    for trip_id, name in refusals.values_list("trip_id", "node__cluster__name").distinct():
+        named.setdefault(trip_id, set()).add(name)
+    return {trip_id: sorted(names) for trip_id, names in named.items()}
 
 
 def fault_count(node: Node) -> int:

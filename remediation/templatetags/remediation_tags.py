@@ -5,24 +5,10 @@ from __future__ import annotations
 from django import template
 
 from remediation.models import Action, BreakerTrip
-from remediation.safety import breaker_state, latest_refusal, refused_nodes
+from remediation.safety import breaker_state, latest_refusal, refused_nodes, trip_clusters
 from remediation.transitions import RunStatus
 
 register = template.Library()
-
-
-@register.simple_tag
-def open_breaker():
-    """The oldest open circuit-breaker trip, or None while automation may act.
-
-    Every page renders this banner, and the breaker is almost always closed: one
-    indexed query answers that case. Only an open trip pays for `breaker_state`,
-    which first closes trips whose limit is no longer reached.
-    """
-    if not BreakerTrip.objects.filter(closed_at__isnull=True).exists():
-        return None
-    state = breaker_state()
-    return state.trips[0] if state.open else None
 
 
 @register.simple_tag
@@ -32,10 +18,31 @@ def breaker_refusal(node):
 
 
 @register.simple_tag
-def breaker_refused_nodes(limit: int = 10):
+def breaker_refused_nodes(limit: int = 10, cluster=None):
     """(each refused node's latest refusal, newest first, at most LIMIT; how many nodes)
-    for the breaker banner, under an open trip (`open_breaker` closed the others)."""
-    return refused_nodes(limit)
+    for the breaker banner, under an open trip (`open_breaker_trips` closed the others); of
+    CLUSTER's nodes where the banner speaks for one cluster."""
+    return refused_nodes(limit, cluster.pk if cluster else None)
+
+
+@register.simple_tag
+def open_breaker_trips(cluster=None):
+    """The open trips, oldest first, each with the names of the clusters it refused nodes
+    of: [(trip, names)]; of CLUSTER only where the banner speaks for one cluster.
+
+    Every board renders this banner, and the breaker is almost always closed: one
+    indexed query answers that case. Only an open trip pays for `breaker_state`,
+    which first closes trips whose limit is no longer reached.
+    """
+    if not BreakerTrip.objects.filter(closed_at__isnull=True).exists():
+        return []
+    trips = breaker_state().trips
+    named = trip_clusters(trips)
+    found = [(trip, named.get(trip.pk, [])) for trip in trips]
+    if cluster is not None:
+        # A trip known to be another cluster's is not this one's to show.
+        found = [(trip, names) for trip, names in found if not names or cluster.name in names]
+    return found
 
 
 # What each step of a plan (remediation/plans.py) is called on a page.

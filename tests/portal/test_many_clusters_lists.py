@@ -176,3 +176,73 @@ def test_a_clusters_node_or_sync_change_pokes_the_overview(
     with django_capture_on_commit_callbacks(execute=True):
         record_sync_error(second, "slurmrestd unreachable")
     assert ("clusters", {"type": "live.poke", "regions": ["cluster-overview"]}) in sent
+
+
+def _trouble_on_both(second, settings):
+    """The first cluster's controller is down; the second's sync fails and its breaker
+    refused a drain of its gpu-02 (a cluster-wide trip, kept open by a limit of 0)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from clusters.models import Cluster, Node
+    from remediation.models import BreakerRefusal, BreakerTrip
+
+    now = timezone.now()
+    Cluster.objects.filter(name="test").update(
+        controller_up=False, controller_down_since=now - timedelta(minutes=3)
+    )
+    Cluster.objects.filter(name="second").update(
+        sync_error="slurmrestd refused Medbay's JWT", sync_error_since=now
+    )
+    settings.MEDBAY_BREAKER_MAX_NODES = 0
+    trip = BreakerTrip.objects.create(partition="", reason="too many nodes taken out")
+    node = Node.objects.get(cluster=second, name="gpu-02")
+    BreakerRefusal.objects.create(trip=trip, node=node, action="drain", reason="limit reached")
+
+
+def test_a_board_of_all_clusters_names_each_clusters_problem(
+    researcher, sim, synced, second, settings
+):
+    _trouble_on_both(second, settings)
+    page = logged_in(researcher).get("/?cluster=all").content.decode()
+    banner = page[page.index('id="controller-banner"') : page.index('id="board-counts"')]
+    assert 'id="controller-down-test"' in banner
+    assert "Cluster test: slurm controller unreachable since" in banner
+    assert 'id="sync-error-second"' in banner
+    assert "Cluster second is not synced since" in banner
+    assert "slurmrestd refused Medbay&#x27;s JWT" in banner
+    assert "Automatic remediation paused: on second, circuit breaker open since" in banner
+    assert 'href="/nodes/second/gpu-02/">gpu-02</a> on second (drain at' in banner
+
+
+def test_a_board_of_one_cluster_shows_only_that_clusters_problems(
+    researcher, sim, synced, second, settings
+):
+    _trouble_on_both(second, settings)
+    client = logged_in(researcher)
+    on_test = client.get("/?cluster=test").content.decode()
+    banner = on_test[on_test.index('id="controller-banner"') : on_test.index('id="board-counts"')]
+    assert "Slurm controller unreachable since" in banner
+    assert "second" not in banner and "breaker" not in banner
+    on_second = client.get("/?cluster=second").content.decode()
+    banner = on_second[on_second.index('id="controller-banner"') :]
+    assert 'id="sync-error"' in banner and 'id="breaker-banner"' in banner
+    assert "circuit breaker open since" in banner and "unreachable" not in banner
+
+
+def test_a_clusters_banner_change_reaches_its_boards_and_the_boards_of_all_clusters(
+    sim, synced, second, monkeypatch, settings
+):
+    from clusters.live import publish_banner
+
+    _trouble_on_both(second, settings)
+    sent = []
+    monkeypatch.setattr(live, "send_html", lambda group, html: sent.append((group, html)))
+    publish_banner(second.pk)
+    by_group = dict(sent)
+    assert set(by_group) == {"board", "fleet", f"board.{second.pk}", f"fleet.{second.pk}"}
+    assert "Cluster test: slurm controller unreachable" in by_group["board"]
+    assert 'id="sync-error-second"' in by_group["board"]
+    assert "unreachable" not in by_group[f"board.{second.pk}"]
+    assert 'id="sync-error"' in by_group[f"board.{second.pk}"]
