@@ -69,6 +69,8 @@ class Decision:
     policy_id: int | None = None
     gpu: int | None = None
     outcome: str = ""
+    # The node's cluster, where the caller names it (a replay's rows link the node).
+    cluster: str = ""
 
     def but(self, outcome: str) -> Decision:
         return replace(self, outcome=outcome)

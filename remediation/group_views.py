@@ -18,7 +18,7 @@ PART_DECISIONS = {"replace": Action.REPLACE, "release": Action.UNCORDON}
 
 @role_required(*ANY_ROLE)
 def fault_group(request, pk: int):
-    group = get_object_or_404(FaultGroup, pk=pk)
+    group = get_object_or_404(FaultGroup.objects.select_related("cluster"), pk=pk)
     incidents = list(group.incidents.select_related("node").order_by("node__name", "gpu_index"))
     context = {
         "group": group,

@@ -7,6 +7,7 @@ a plain POST so the pages work without JavaScript, and htmx only enhances.
 from __future__ import annotations
 
 from collections import Counter
+from urllib.parse import quote
 
 from django.contrib import messages
 from django.http import Http404
@@ -219,7 +220,8 @@ def replay(request):
     form = ReplayForm(request.GET or None)
     decisions = None
     if form.is_bound and form.is_valid():
-        decisions = replay_policies(*form.period())
+        shown = viewed_cluster(request)
+        decisions = replay_policies(*form.period(), cluster_id=shown and shown.pk)
     status = 400 if form.is_bound and form.errors else 200
     context = {"form": form, "decisions": decisions, "summary": _summary(decisions or [])}
     return render(request, "remediation/replay.html", context, status=status)
@@ -285,17 +287,33 @@ def _node(nodes, cluster: str, name: str) -> Node:
 @require_http_methods(["GET", "POST"])
 @role_required(Role.ADMIN)
 def partition_edits(request):
-    """Partition edits made outside Medbay to nodes it had moved: adopt them here."""
-    cluster = Cluster.objects.order_by("pk").first()
-    if request.method == "POST" and cluster is not None:
-        adopted = drift.adopt(
-            cluster, request.POST.getlist("node"), actor=request.user.get_username()
-        )
-        if adopted:
-            messages.success(request, f"Adopted Slurm's partitions for {', '.join(adopted)}.")
+    """Partition edits made outside Medbay to nodes it had moved, of the cluster shown
+    (or of each cluster): adopt them here, one cluster's at a time."""
+    if request.method == "POST":
+        return _adopt_edits(request)
+    shown = viewed_cluster(request)
+    clusters = [shown] if shown else list(Cluster.objects.order_by("name"))
+    with_edits = [cluster for cluster in clusters if cluster.partition_edits]
+    several = Cluster.objects.count() > 1
+    context = {"clusters": with_edits, "several": several}
+    return render(request, "remediation/partition_edits.html", context)
+
+
+def _adopt_edits(request):
+    # The form names its cluster; a form from before clusters had one is the only
+    # cluster's, and where there are several it adopts nothing rather than guess.
+    name = request.POST.get("cluster", "")
+    clusters = Cluster.objects.filter(name=name[:64]) if name else Cluster.objects.all()
+    found = list(clusters[:2])
+    if len(found) != 1:
+        messages.error(request, "Say which cluster's partition edits to adopt.")
         return redirect("partition-edits")
-    edits = (cluster.partition_edits or {}) if cluster else {}
-    return render(request, "remediation/partition_edits.html", {"edits": edits})
+    cluster = found[0]
+    adopted = drift.adopt(cluster, request.POST.getlist("node"), actor=request.user.get_username())
+    if adopted:
+        where = f" on {cluster.name}" if Cluster.objects.count() > 1 else ""
+        messages.success(request, f"Adopted Slurm's partitions{where} for {', '.join(adopted)}.")
+    return redirect(reverse("partition-edits") + f"?cluster={quote(cluster.name)}")
 
 
 def _render_action(request, context: dict, *, status: int = 200):

@@ -246,3 +246,84 @@ def test_a_clusters_banner_change_reaches_its_boards_and_the_boards_of_all_clust
     assert 'id="sync-error-second"' in by_group["board"]
     assert "unreachable" not in by_group[f"board.{second.pk}"]
     assert 'id="sync-error"' in by_group[f"board.{second.pk}"]
+
+
+def test_a_runs_steps_link_the_jobs_they_name_on_the_runs_cluster(admin_user, sim, synced, second):
+    from remediation.models import RemediationStep
+
+    run = _on_second_approval(second)
+    RemediationStep.objects.create(
+        remediation=run, index=0, name="requeue_jobs", outcome="ok", message="requeued 1012"
+    )
+    page = logged_in(admin_user).get(f"/remediation/{run.pk}/").content.decode()
+    assert 'requeued <a href="/jobs/second/1012/">1012</a>' in page
+    assert "topics=remediation%3Asecond" in page
+
+
+def _incident_on_second(second, **fields):
+    from django.utils import timezone
+
+    from clusters.models import Node
+    from health.models import Incident
+
+    now = timezone.now()
+    node = Node.objects.get(cluster=second, name="gpu-02")
+    return Incident.objects.create(
+        node=node, gpu_index=3, opened_at=now, last_event_at=now, xids=[79], **fields
+    )
+
+
+def test_a_fault_groups_page_links_its_job_and_nodes_on_its_cluster(researcher, sim, second):
+    from django.utils import timezone
+
+    from health.models import FaultGroup, FaultGroupKind
+
+    group = FaultGroup.objects.create(
+        kind=FaultGroupKind.JOB,
+        cluster=second,
+        slurm_job_id=1012,
+        rule="one job's ranks",
+        window_s=2,
+        opened_at=timezone.now(),
+    )
+    _incident_on_second(second, group=group)
+    page = logged_in(researcher).get(f"/faults/{group.pk}/").content.decode()
+    assert 'Fault of job <a href="/jobs/second/1012/">1012</a>' in page
+    assert '<a href="/nodes/second/gpu-02/">gpu-02</a>' in page
+    assert "topics=remediation%3Asecond" in page
+
+
+def test_the_replay_links_each_node_on_its_cluster_and_follows_the_cluster_shown(
+    admin_user, sim, synced, second
+):
+    from django.utils import timezone
+
+    _incident_on_second(second)
+    day = timezone.localdate().isoformat()
+    client = logged_in(admin_user)
+    everything = client.get(f"/remediation/replay/?start={day}&end={day}&cluster=all")
+    assert '<a href="/nodes/second/gpu-02/">gpu-02</a>' in everything.content.decode()
+    on_test = client.get(f"/remediation/replay/?start={day}&end={day}&cluster=test")
+    assert "0 incidents" in on_test.content.decode()
+
+
+def test_partition_edits_are_listed_and_adopted_per_cluster(admin_user, sim, synced, second):
+    from clusters.models import Cluster
+
+    edit = {"slurm": ["infer"], "medbay": ["train"], "seen_at": "now"}
+    Cluster.objects.update(partition_edits={"gpu-02": edit})
+    client = logged_in(admin_user)
+    page = client.get("/partitions/edits/?cluster=all").content.decode()
+    assert 'id="edits-second"' in page and 'id="edits-test"' in page
+    assert 'href="/nodes/second/gpu-02/"' in page and 'href="/nodes/test/gpu-02/"' in page
+
+    unnamed = client.post("/partitions/edits/", {"node": ["gpu-02"]}, follow=True)
+    assert "Say which cluster" in unnamed.content.decode()
+    assert Cluster.objects.filter(partition_edits={}).count() == 0
+
+    response = client.post("/partitions/edits/", {"cluster": "second", "node": ["gpu-02"]})
+    assert response["Location"] == "/partitions/edits/?cluster=second"
+    assert Cluster.objects.get(name="second").partition_edits == {}
+    assert Cluster.objects.get(name="test").partition_edits == {"gpu-02": edit}
+    banner = client.get("/?cluster=test").content.decode()
+    assert 'href="/partitions/edits/?cluster=test">Review and adopt</a>' in banner
