@@ -29,7 +29,7 @@ def test_a_researcher_submits_a_job_and_watches_it_start_in_the_queue(page, port
     expect(script).to_contain_text("#SBATCH --job-name=e2e-bert-large")
     page.get_by_role("button", name="Submit job").click()
 
-    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"))
+    expect(page).to_have_url(re.compile(r"/jobs/[\w.-]+/\d+/$"))
     job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
     page.get_by_role("link", name="Jobs", exact=True).first.click()
     expect(page).to_have_url(f"{portal.url}/jobs/")

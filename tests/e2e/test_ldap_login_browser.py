@@ -96,7 +96,7 @@ def submit_from_the_form(page, portal, workdir: Path) -> int:
     page.get_by_label("Template", exact=True).select_option("custom")
     page.get_by_label("Command or script body").fill(BODY)
     page.get_by_role("button", name="Submit job").click()
-    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"), timeout=30_000)
+    expect(page).to_have_url(re.compile(r"/jobs/[\w.-]+/\d+/$"), timeout=30_000)
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
 
 

@@ -43,7 +43,9 @@ def test_a_researcher_chooses_notifications_and_sees_a_failed_test(page, portal,
     problems = watch_for_problems(page)
     log_in(page, portal, "alice")
     if device == "phone":
-        page.locator("header summary").click()  # the header's links are in its menu
+        page.locator(
+            "header summary", has_text="Menu"
+        ).click()  # the header's links are in its menu
     page.get_by_role("link", name="Notifications").click()
     expect(page.locator("h1")).to_have_text("Your notifications")
     assert not scrolls_sideways(page)

@@ -67,7 +67,7 @@ def test_alice_logs_in_through_the_provider_and_slurm_runs_her_job_as_alice(
     page.get_by_label("Template", exact=True).select_option("custom")
     page.get_by_label("Command or script body").fill('echo "running as $(id -un)"\nsleep 30')
     page.get_by_role("button", name="Submit job").click()
-    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"), timeout=30_000)
+    expect(page).to_have_url(re.compile(r"/jobs/[\w.-]+/\d+/$"), timeout=30_000)
     job_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
 
     wait_for(lambda: slurm.job(job_id).state == "RUNNING", 60, "the job to start")

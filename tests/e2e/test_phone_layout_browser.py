@@ -181,7 +181,7 @@ def test_the_phone_header_is_one_line_and_its_menu_opens_inside_the_dark_bar(
         expect(log_out).to_be_hidden()
         assert header.bounding_box()["height"] < 60, "the closed header is more than one line"
 
-        page.locator("header summary").click()
+        page.locator("header summary", has_text="Menu").click()
 
         expect(log_out).to_be_visible()
         expect(page.get_by_role("link", name="Jobs", exact=True)).to_be_visible()

@@ -115,7 +115,7 @@ def submit_from_the_form(page, portal, workdir: Path) -> int:
     page.get_by_label("Checkpoint dir").fill(str(workdir / "checkpoints"))
     page.get_by_label("Auto resume").select_option("yes")
     page.get_by_role("button", name="Submit job").click()
-    expect(page).to_have_url(re.compile(r"/jobs/\d+/$"), timeout=30_000)
+    expect(page).to_have_url(re.compile(r"/jobs/[\w.-]+/\d+/$"), timeout=30_000)
     return int(page.url.rstrip("/").rsplit("/", 1)[1])
 
 
