@@ -711,9 +711,10 @@ def _moves_words(moves: tuple[Move, ...], wanted: int) -> str:
 
 
 def _unit(policy: Policy, value: float) -> str:
+    # Whole milliseconds and one decimal of a queue: a person compares them to a target.
     if policy.inference_unit == InferenceUnit.LATENCY_MS:
-        return f"{value:g} ms"
-    return f"{value:g} waiting"
+        return f"{round(value):g} ms"
+    return f"{round(value, 1):g} waiting"
 
 
 def _load_name(policy: Policy) -> str:
