@@ -301,6 +301,11 @@ class RemediationStatusChange(models.Model):
 class BreakerTrip(models.Model):
     """A circuit-breaker opening: automatic remediation paused until it closes."""
 
+    # The breaker is per cluster: two clusters may each have a partition "train", and a
+    # storm on one must neither open nor hold the other's (nor reuse its open trip).
+    cluster = models.ForeignKey(
+        "clusters.Cluster", on_delete=models.CASCADE, related_name="breaker_trips"
+    )
     partition = models.CharField(max_length=64, blank=True)
     opened_at = models.DateTimeField(default=timezone.now)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -312,7 +317,8 @@ class BreakerTrip(models.Model):
         ordering = ["-opened_at"]
 
     def __str__(self) -> str:
-        return f"breaker {self.partition or 'cluster'} {self.opened_at:%Y-%m-%d %H:%M}"
+        scope = self.partition or "cluster"
+        return f"breaker {self.cluster_id}/{scope} {self.opened_at:%Y-%m-%d %H:%M}"
 
 
 class BreakerRefusal(models.Model):

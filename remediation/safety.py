@@ -231,13 +231,18 @@ class BreakerLedger:
         # created at once would be undone by the savepoint of an incident whose decision
         # is abandoned (a refused supersede), leaving refusals that point at nothing and
         # failing every later pass at COMMIT.
+        # Only this cluster's trips: another cluster's open trip on a partition of the
+        # same name is about other nodes, and must not count this cluster's refusals.
         if self._trips is None:
             self._trips = {}
-            for trip in BreakerTrip.objects.filter(closed_at__isnull=True).order_by("-opened_at"):
+            mine = BreakerTrip.objects.filter(cluster_id=self.cluster_id, closed_at__isnull=True)
+            for trip in mine.order_by("-opened_at"):
                 self._trips.setdefault(trip.partition, trip)
         trip = self._trips.get(partition)
         if trip is None:
-            trip = BreakerTrip(partition=partition, reason=reason[:255], suppressed=1)
+            trip = BreakerTrip(
+                cluster_id=self.cluster_id, partition=partition, reason=reason[:255], suppressed=1
+            )
             self._trips[partition] = trip
         elif trip.pk is None:
             trip.suppressed += 1
@@ -318,11 +323,14 @@ class BreakerState:
         return sum(trip.suppressed for trip in self.trips)
 
 
-def breaker_state() -> BreakerState:
-    """Open trips, after closing those whose limit is no longer reached."""
+def breaker_state(cluster_id: int | None = None) -> BreakerState:
+    """Open trips (of one cluster, or of all with None), after closing those whose limit
+    is no longer reached."""
     close_recovered_trips()
-    trips = list(BreakerTrip.objects.filter(closed_at__isnull=True).order_by("opened_at"))
-    return BreakerState(open=bool(trips), trips=trips)
+    trips = BreakerTrip.objects.filter(closed_at__isnull=True).select_related("cluster")
+    if cluster_id is not None:
+        trips = trips.filter(cluster_id=cluster_id)
+    return BreakerState(open=trips.exists(), trips=list(trips.order_by("opened_at")))
 
 
 def close_recovered_trips() -> int:
@@ -341,19 +349,20 @@ def close_recovered_trips() -> int:
 
 
 def _still_over(trip: BreakerTrip) -> bool:
-    runs = _draining_runs()
+    """Whether the trip's limit is still reached: counted on its own cluster's runs and
+    partition only, so a storm on another cluster neither holds it open nor closes it."""
+    runs = _draining_runs().filter(node__cluster_id=trip.cluster_id)
     if trip.partition == CLUSTER_WIDE:
         since = timezone.now() - window()
         recent = runs.filter(created_at__gte=since).exclude(trigger=Trigger.ADMIN)
         return recent.values("node").distinct().count() >= max_nodes()
     if trip.partition == SPARE_PARTITION:
         return False  # a trip opened before the spare partition had no share of its own
-    partitions = Partition.objects.filter(name=trip.partition)
-    for partition in partitions:
-        busy = runs.filter(status__in=[str(s) for s in ACTIVE], node__partitions=partition)
-        if busy.values("node").distinct().count() >= partition_cap(partition.nodes.count()):
-            return True
-    return False
+    partition = Partition.objects.filter(cluster_id=trip.cluster_id, name=trip.partition).first()
+    if partition is None:
+        return False  # the partition is gone from its cluster: nothing left to protect
+    busy = runs.filter(status__in=[str(s) for s in ACTIVE], node__partitions=partition)
+    return busy.values("node").distinct().count() >= partition_cap(partition.nodes.count())
 
 
 def latest_refusal(node: Node) -> BreakerRefusal | None:
@@ -378,16 +387,6 @@ def refused_nodes(limit: int = 10, cluster_id: int | None = None) -> tuple[list,
     rows = BreakerRefusal.objects.filter(pk__in=Subquery(latest)).select_related("node__cluster")
     total = refused.order_by().values("node_id").distinct().count()
     return list(rows.order_by("-pk")[:limit]), total
-
-
-def trip_clusters(trips: list[BreakerTrip]) -> dict[int, list[str]]:
-    """The names of the clusters each trip refused nodes of (one query): a trip is
-    written with its first refusal, so each open trip names at least one."""
-    named: dict[int, set[str]] = {}
-    refusals = BreakerRefusal.objects.filter(trip__in=[trip.pk for trip in trips]).order_by()
-    for trip_id, name in refusals.values_list("trip_id", "node__cluster__name").distinct():
-        named.setdefault(trip_id, set()).add(name)
-    return {trip_id: sorted(names) for trip_id, names in named.items()}
 
 
 def fault_count(node: Node) -> int:

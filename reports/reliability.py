@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import Avg, Count, F, Max, OuterRef, Subquery, Sum, Value
+from django.db.models import Avg, Count, F, Max, Sum, Value
 from django.db.models.functions import Coalesce
 
-from remediation.models import BreakerRefusal, BreakerTrip, Remediation, Trigger
+from remediation.models import BreakerTrip, Remediation, Trigger
 from reports import figures
 from reports.base import NO_DATA, Report, Table, hours, minutes
 from reports.capacity import node_hours
@@ -129,19 +129,9 @@ def _runs(span: Span):
 
 
 def breaker_trips(span: Span):
-    """The trips opened in the span, of the span's cluster.
-
-    A trip records no cluster; it belongs to the cluster of the node whose trigger
-    opened it (every trip is written with that first refusal), so each trip counts
-    under one cluster and the clusters' counts add up to the combined one.
-    """
+    """The trips opened in the span, of the span's cluster (each trip names its own)."""
     trips = BreakerTrip.objects.filter(opened_at__gte=span.start, opened_at__lt=span.data_end)
-    if span.cluster_id is None:
-        return trips
-    first = BreakerRefusal.objects.filter(trip=OuterRef("pk")).order_by("at", "pk")
-    return trips.annotate(cluster_id=Subquery(first.values("node__cluster_id")[:1])).filter(
-        cluster_id=span.cluster_id
-    )
+    return span.of_cluster(trips, "cluster_id")
 
 
 def runs_table(span: Span) -> Table:

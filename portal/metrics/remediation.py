@@ -125,24 +125,25 @@ def step_durations() -> HistogramMetricFamily:
 
 
 def breakers():
+    # One series per cluster and scope: two clusters may both have a tripped "train".
     open_trips = list(
         BreakerTrip.objects.filter(closed_at__isnull=True)
-        .values_list("partition")
+        .values_list("cluster__name", "partition")
         .annotate(n=Count("id"))
         .order_by()
     )
     total = GaugeMetricFamily(
         "medbay_breakers_open",
         "Open circuit breakers (automatic remediation paused while any is open).",
-        value=sum(n for _, n in open_trips),
+        value=sum(n for _, _, n in open_trips),
     )
     by_scope = GaugeMetricFamily(
         "medbay_breaker_open",
-        "1 for each scope (a partition, or the whole cluster) whose breaker is open.",
-        labels=["scope"],
+        "1 for each cluster and scope (a partition, or the whole cluster) whose breaker is open.",
+        labels=["cluster", "scope"],
     )
-    for partition, _ in open_trips:
-        by_scope.add_metric([partition or "cluster"], 1)
+    for cluster, partition, _ in open_trips:
+        by_scope.add_metric([cluster, partition or "cluster"], 1)
     yield total
     yield by_scope
 

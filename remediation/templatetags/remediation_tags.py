@@ -5,7 +5,7 @@ from __future__ import annotations
 from django import template
 
 from remediation.models import Action, BreakerTrip
-from remediation.safety import breaker_state, latest_refusal, refused_nodes, trip_clusters
+from remediation.safety import breaker_state, latest_refusal, refused_nodes
 from remediation.transitions import RunStatus
 
 register = template.Library()
@@ -27,22 +27,20 @@ def breaker_refused_nodes(limit: int = 10, cluster=None):
 
 @register.simple_tag
 def open_breaker_trips(cluster=None):
-    """The open trips, oldest first, each with the names of the clusters it refused nodes
-    of: [(trip, names)]; of CLUSTER only where the banner speaks for one cluster.
+    """The open trips, oldest first, each with its cluster; of CLUSTER only where the
+    banner speaks for one cluster.
 
     Every board renders this banner, and the breaker is almost always closed: one
     indexed query answers that case. Only an open trip pays for `breaker_state`,
     which first closes trips whose limit is no longer reached.
     """
-    if not BreakerTrip.objects.filter(closed_at__isnull=True).exists():
+    cluster_id = cluster.pk if cluster is not None else None
+    open_trips = BreakerTrip.objects.filter(closed_at__isnull=True)
+    if cluster_id is not None:
+        open_trips = open_trips.filter(cluster_id=cluster_id)
+    if not open_trips.exists():
         return []
-    trips = breaker_state().trips
-    named = trip_clusters(trips)
-    found = [(trip, named.get(trip.pk, [])) for trip in trips]
-    if cluster is not None:
-        # A trip known to be another cluster's is not this one's to show.
-        found = [(trip, names) for trip, names in found if not names or cluster.name in names]
-    return found
+    return breaker_state(cluster_id).trips
 
 
 # What each step of a plan (remediation/plans.py) is called on a page.

@@ -22,9 +22,11 @@ def test_the_breaker_banner_costs_one_query_while_no_trip_is_open(client, resear
 
 
 def test_a_trip_whose_limit_is_no_longer_reached_is_closed_when_a_page_renders(
-    client, researcher, synced
+    client, researcher, synced, cluster
 ):
-    trip = BreakerTrip.objects.create(partition="", reason="4 nodes drained in 10 minutes")
+    trip = BreakerTrip.objects.create(
+        cluster=cluster, partition="", reason="4 nodes drained in 10 minutes"
+    )
     client.force_login(researcher)
     response = client.get("/")
     trip.refresh_from_db()

@@ -196,8 +196,10 @@ def _trouble_on_both(second, settings):
         sync_error="slurmrestd refused Medbay's JWT", sync_error_since=now
     )
     settings.MEDBAY_BREAKER_MAX_NODES = 0
-    trip = BreakerTrip.objects.create(partition="", reason="too many nodes taken out")
     node = Node.objects.get(cluster=second, name="gpu-02")
+    trip = BreakerTrip.objects.create(
+        cluster=second, partition="", reason="too many nodes taken out"
+    )
     BreakerRefusal.objects.create(trip=trip, node=node, action="drain", reason="limit reached")
 
 

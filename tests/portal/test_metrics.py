@@ -134,15 +134,21 @@ def test_remediation_runs_by_status_and_step_durations_as_a_histogram(synced):
     assert f'{step}_count{{step="cordon"}}' not in samples, "an unfinished step has no duration"
 
 
-def test_open_breakers_are_reported_and_closed_ones_are_not(db):
-    BreakerTrip.objects.create(partition="train", reason="too many failures")
-    BreakerTrip.objects.create(partition="infer", reason="old", closed_at=timezone.now())
+def test_open_breakers_are_reported_per_cluster_and_closed_ones_are_not(db):
+    first = Cluster.objects.create(name="first")
+    second = Cluster.objects.create(name="second")
+    BreakerTrip.objects.create(cluster=first, partition="train", reason="too many failures")
+    BreakerTrip.objects.create(cluster=second, partition="train", reason="too many failures")
+    BreakerTrip.objects.create(
+        cluster=first, partition="infer", reason="old", closed_at=timezone.now()
+    )
 
     samples = scrape()
 
-    assert samples["medbay_breakers_open"] == 1
-    assert samples['medbay_breaker_open{scope="train"}'] == 1
-    assert 'medbay_breaker_open{scope="infer"}' not in samples
+    assert samples["medbay_breakers_open"] == 2
+    assert samples['medbay_breaker_open{cluster="first",scope="train"}'] == 1
+    assert samples['medbay_breaker_open{cluster="second",scope="train"}'] == 1
+    assert 'medbay_breaker_open{cluster="first",scope="infer"}' not in samples
 
 
 def test_sync_lag_and_controller_state_per_cluster(db):

@@ -100,7 +100,7 @@ def test_an_incident_refused_by_the_breaker_is_decided_at_its_refusal(synced):
     node = Node.objects.get(name="gpu-04")
     at = timezone.now() - timedelta(minutes=5)
     refused = incident(node, at)
-    trip = BreakerTrip.objects.create(reason="too many")
+    trip = BreakerTrip.objects.create(cluster=node.cluster, reason="too many")
     BreakerRefusal.objects.create(
         trip=trip, incident=refused, node=node, action="replace", reason="cap",
         at=at + timedelta(seconds=3),
@@ -234,7 +234,7 @@ def test_the_exposition_with_every_family_filled_passes_promtool_check_metrics(f
         node=Node.objects.get(name="gpu-02"), action="drain", trigger="admin", reason="x",
         status="succeeded", finished_at=timezone.now(),
     )  # fmt: skip
-    BreakerTrip.objects.create(partition="train", reason="too many")
+    BreakerTrip.objects.create(cluster=node.cluster, partition="train", reason="too many")
     text = Client().get("/metrics").content
 
     result = subprocess.run(

@@ -294,7 +294,9 @@ def test_the_board_shows_when_the_circuit_breaker_paused_automation(researcher, 
     assert "circuit breaker" not in web(researcher).get("/").content.decode()
     for name in ("gpu-01", "gpu-02", "gpu-03", "gpu-04"):
         create_run(name)
-    BreakerTrip.objects.create(reason="4 nodes taken out in 10 min")
+    BreakerTrip.objects.create(
+        cluster=Node.objects.get(name="gpu-01").cluster, reason="4 nodes taken out in 10 min"
+    )
     board = web(researcher).get("/").content.decode()
     assert "Automatic remediation paused: circuit breaker open since" in board
 

@@ -95,7 +95,7 @@ def busy_day(history, *, down_hours: float, extra_node: bool):
         created_at=at(14), finished_at=at(14.2),
     )  # fmt: skip
     trip = BreakerTrip.objects.create(
-        partition="train", opened_at=at(6.5), reason="too many", suppressed=2
+        cluster=other.cluster, partition="train", opened_at=at(6.5), reason="too many", suppressed=2
     )
     BreakerRefusal.objects.create(
         trip=trip, node=other, action="replace", reason="too many", at=at(6.5)

@@ -100,7 +100,7 @@ def world(researcher, other_researcher, manager, admin_user, synced, cluster) ->
         started_at=now - timedelta(seconds=30),
         finished_at=now - timedelta(seconds=20),
     )
-    BreakerTrip.objects.create(partition="train", reason="matrix", closed_at=now)
+    BreakerTrip.objects.create(cluster=cluster, partition="train", reason="matrix", closed_at=now)
     return World(
         users={
             "researcher": researcher,
