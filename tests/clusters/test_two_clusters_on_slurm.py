@@ -24,16 +24,14 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.urls import Resolver404, resolve
 from django.utils import timezone
 
 from clusters.backends import registry
-from clusters.backends.base import JobSubmission
 from clusters.backends.slurm import SlurmBackend
 from clusters.backends.slurm_rest import SlurmRestBackend
 from clusters.models import Cluster, Node, Partition
 from health.ingest import ingest, validate_batch
-from jobs.models import Job
+from jobs.models import ClusterAccount, Job
 from remediation.engine import Engine
 from remediation.models import Action, Remediation
 from remediation.transitions import RunStatus
@@ -230,17 +228,6 @@ def login(client, user):
     return client
 
 
-def cluster_job_address(cluster: str, slurm_id: int) -> str | None:
-    """The job's address that names its cluster, /jobs/<cluster>/<id>/ (issue 32.3),
-    where this portal has it; None where it has only /jobs/<id>/."""
-    address = f"/jobs/{cluster}/{slurm_id}/"
-    try:
-        resolve(address)
-    except Resolver404:
-        return None
-    return address
-
-
 def test_both_clusters_are_synced_into_one_portal_each_from_its_own_slurm(
     portal, slurm, second_slurm, minicluster
 ):
@@ -321,8 +308,16 @@ def test_a_stopped_controller_leaves_the_other_cluster_synced_and_healing(
         )
         assert "controller down" in rows[SECOND], rows[SECOND]
         assert "controller down" not in rows[FIRST], rows[FIRST]
-        # TODO(lead): once the sync records each cluster's error in words (issue 32.2),
-        # assert the second's row and board say "Unable to contact slurm controller".
+        # The stopped cluster says what is wrong in words, on its row and the overview.
+        second.refresh_from_db()
+        assert second.sync_error.startswith("Slurm controller unreachable"), second.sync_error
+        assert not Cluster.objects.get(pk=first.pk).sync_error
+        overview = client.get("/clusters/overview/").content.decode()
+        cards = dict(
+            re.findall(r'<section [^>]*id="cluster-(\w+)">(.*?)</section>', overview, re.S)
+        )
+        assert "Slurm controller unreachable" in cards[SECOND], cards[SECOND]
+        assert "Slurm controller unreachable" not in cards[FIRST], cards[FIRST]
 
         with django_capture_on_commit_callbacks(execute=True):
             report_xid_79(first, "gpu-03")
@@ -357,26 +352,22 @@ def test_a_researcher_sees_her_jobs_on_both_clusters_and_one_id_opens_each_clust
     workdir.chmod(0o1777)
     try:
         alice = login(client, researcher)
-        # The portal submits to its first cluster.
-        # TODO(lead): submit to the second through the job form's cluster choice
-        # (issue 32.3) once it exists, instead of through its backend below.
-        response = alice.post(
-            "/api/v1/jobs/",
-            {"job_name": "on-first", "partition": "train", "nodes": 1, "gpus_per_node": 1,
-             "gpu_flag": "gres", "cpus_per_task": 1, "time_limit": 10, "workdir": str(workdir),
-             "template": "custom", "command": "sleep 300\n", "auto_resume": "no"},
-            content_type="application/json",
-        )  # fmt: skip
-        assert response.status_code == 201, response.json()
-        on_first = response.json()["id"]
-        on_second = registry.backend_for(second).submit_job(
-            JobSubmission(
-                script="#!/bin/bash\n#SBATCH --job-name=on-second\n#SBATCH --partition=train\n"
-                "#SBATCH --gres=gpu:1\n#SBATCH --output=/dev/null\nsleep 300\n",
-                user="alice",
-                workdir=str(workdir),
-            )
-        )
+        # Her Unix account on the second cluster, as an admin maps it; the first is the
+        # environment's default mapping.
+        ClusterAccount.objects.create(user=researcher, cluster=second, unix_user="alice")
+        submitted = {}
+        for name in (FIRST, SECOND):
+            response = alice.post(
+                "/api/v1/jobs/",
+                {"job_name": f"on-{name}", "partition": "train", "nodes": 1, "gpus_per_node": 1,
+                 "gpu_flag": "gres", "cpus_per_task": 1, "time_limit": 10,
+                 "workdir": str(workdir), "template": "custom", "command": "sleep 300\n",
+                 "auto_resume": "no", "cluster": name},
+                content_type="application/json",
+            )  # fmt: skip
+            assert response.status_code == 201, response.json()
+            submitted[name] = response.json()["id"]
+        on_first, on_second = submitted[FIRST], submitted[SECOND]
         assert on_first == on_second == first_id + 1
 
         def both_synced():
@@ -385,24 +376,22 @@ def test_a_researcher_sees_her_jobs_on_both_clusters_and_one_id_opens_each_clust
 
         wait_for(both_synced, 30, "both jobs in the portal")
         jobs = {job.cluster.name: job for job in Job.objects.filter(slurm_id=on_first)}
-        assert (jobs[FIRST].name, jobs[SECOND].name) == ("on-first", "on-second")
+        assert (jobs[FIRST].name, jobs[SECOND].name) == (f"on-{FIRST}", f"on-{SECOND}")
         assert set(jobs[SECOND].nodes.values_list("cluster__name", flat=True)) <= {SECOND}
 
-        queue = alice.get("/jobs/").content.decode()
-        assert "on-first" in queue and "on-second" in queue
-        addresses = {name: cluster_job_address(name, on_first) for name in (FIRST, SECOND)}
-        if all(addresses.values()):
-            for name, other in ((FIRST, "on-second"), (SECOND, "on-first")):
-                assert f'href="{addresses[name]}"' in queue  # each row names its cluster
-                page = alice.get(addresses[name])
-                assert page.status_code == 200
-                assert jobs[name].name in page.content.decode()
-                assert other not in page.content.decode()
-        else:
-            # TODO(lead): this clone has no /jobs/<cluster>/<id>/ yet (issue 32.3, the
-            # page helper's); with it the branch above runs. Today the id opens one of
-            # the two jobs, never a 500.
-            page = alice.get(f"/jobs/{on_first}/").content.decode()
-            assert ("on-first" in page) != ("on-second" in page)
+        queue = alice.get("/jobs/", {"cluster": "all"}).content.decode()
+        for name in (FIRST, SECOND):
+            address = f"/jobs/{name}/{on_first}/"
+            assert f'href="{address}"' in queue  # each row links its own cluster's job
+            page = alice.get(address)
+            assert page.status_code == 200
+            other = SECOND if name == FIRST else FIRST
+            assert f"on-{name}" in page.content.decode()
+            assert f"on-{other}" not in page.content.decode()
+        # The id alone names a job on both: the page asks which, and opens neither.
+        choice = alice.get(f"/jobs/{on_first}/")
+        assert choice.status_code == 200
+        assert all(f'href="/jobs/{name}/{on_first}/"' in choice.content.decode()
+                   for name in (FIRST, SECOND))  # fmt: skip
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
