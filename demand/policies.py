@@ -7,10 +7,9 @@ decision, the replay and the benchmark all read, so a value means the same every
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
-from django.utils import timezone
 
 from clusters.models import Node
+from core.audited import save_audited
 from core.roles import is_admin
 from demand import rules
 from demand.models import ReallocationPolicy, ReallocationPolicyChange
@@ -81,20 +80,14 @@ def save_policy(policy: ReallocationPolicy, *, user) -> ReallocationPolicy:
     errors = validate(policy)
     if errors:
         raise PolicyInvalid(errors)
-    with transaction.atomic():
-        stored = ReallocationPolicy.objects.select_for_update().filter(pk=policy.pk).first()
-        before = stored.audited_values() if stored else {}
-        after = policy.audited_values()
-        if before == after:
-            return stored
-        policy.updated_by = user
-        policy.updated_at = timezone.now()
-        policy.save()
-        ReallocationPolicyChange.objects.create(
+    return save_audited(
+        policy,
+        user=user,
+        record_change=lambda before, after: ReallocationPolicyChange.objects.create(
             policy=policy,
             before=before,
             after=after,
             changed_by=user,
             changed_at=policy.updated_at,
-        )
-    return policy
+        ),
+    )

@@ -19,6 +19,7 @@ from clusters import holders
 from clusters.live import publish_nodes
 from clusters.models import Gpu, GpuHealth, Node, NodeStateChange, NodeStatus, Partition, PoolKind
 from clusters.status import POOL_FOR_PARTITION
+from core.audited import save_audited
 from core.roles import is_admin
 from jobs.models import Job, JobProgress, JobState
 from remediation import services, spares
@@ -304,24 +305,18 @@ def _decide(run: Remediation, new: RunStatus, user, comment: str, *, verb: str) 
 def save_policy(policy: Policy, *, user) -> Policy:
     """Create or change a policy, recording who changed it, when, and from what."""
     _require_admin(user)
-    with transaction.atomic():
-        stored = Policy.objects.select_for_update().filter(pk=policy.pk).first()
-        before = stored.audited_values() if stored else {}
-        after = policy.audited_values()
-        if before == after:
-            return stored
-        policy.updated_by = user
-        policy.updated_at = timezone.now()
-        policy.save()
-        PolicyChange.objects.create(
+    return save_audited(
+        policy,
+        user=user,
+        record_change=lambda before, after: PolicyChange.objects.create(
             policy=policy,
             subject=policy.subject,
             before=before,
             after=after,
             changed_by=user,
             changed_at=policy.updated_at,
-        )
-    return policy
+        ),
+    )
 
 
 def _require_admin(user) -> None:
