@@ -7,7 +7,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 BEFORE = ("clusters", "0016_alter_remediation_trigger")
-AFTER = ("clusters", "0018_breakertrip_cluster_required")
+AFTER = ("clusters", "0019_breakertrip_cluster_required")
 
 
 def migrate(target):

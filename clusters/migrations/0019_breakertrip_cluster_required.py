@@ -1,4 +1,4 @@
-"""Every breaker trip names its cluster, once 0017 has placed the existing ones.
+"""Every breaker trip names its cluster, once 0018 has placed the existing ones.
 
 Apart from 0017 so that, on PostgreSQL, the column is altered in a transaction of its own:
 altering it after the backfill's updates in one transaction fails on their pending
@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("clusters", "0017_breakertrip_cluster"),
+        ("clusters", "0018_place_breaker_trips"),
     ]
 
     operations = [
