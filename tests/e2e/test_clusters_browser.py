@@ -56,4 +56,4 @@ def test_an_admin_adds_a_cluster_and_sees_it_listed(page, portal):
 
 def test_a_researcher_has_no_clusters_link(page, portal):
     log_in(page, portal, "alice")
-    expect(page.get_by_role("link", name="Clusters")).to_have_count(0)
+    expect(page.get_by_role("link", name="Clusters", exact=True)).to_have_count(0)

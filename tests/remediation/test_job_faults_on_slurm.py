@@ -77,6 +77,6 @@ def test_xid_13_from_every_node_of_a_four_node_job_takes_no_node_out_of_service(
         assert in_slurm[name].state != "down"
 
     client.force_login(researcher)
-    page = client.get(f"/jobs/{job_id}/").content.decode()
+    page = client.get(f"/jobs/{job_id}/", follow=True).content.decode()
     assert "XID 13 on 32 GPUs of 4 nodes" in page
     assert "an error in the application, not in the hardware" in page

@@ -91,7 +91,8 @@ def test_a_drain_reason_reaches_the_api_and_the_board(cluster, slurm, researcher
     body = client.get("/api/v1/nodes/gpu-03/").json()
     assert (body["reason"], body["status"]) == (reason, "drained")
     board = client.get("/").content.decode()
-    assert f'id="node-gpu-03" href="/nodes/gpu-03/" data-status="drained" title="{reason}"' in board
+    address = f"/nodes/{cluster.name}/gpu-03/"  # the node's address names its cluster
+    assert f'id="node-gpu-03" href="{address}" data-status="drained" title="{reason}"' in board
 
 
 def test_a_requeued_job_counts_a_restart_and_runs_again(cluster, slurm):
