@@ -92,7 +92,10 @@ def test_a_drain_reason_reaches_the_api_and_the_board(cluster, slurm, researcher
     assert (body["reason"], body["status"]) == (reason, "drained")
     board = client.get("/").content.decode()
     address = f"/nodes/{cluster.name}/gpu-03/"  # the node's address names its cluster
-    assert f'id="node-gpu-03" href="{address}" data-status="drained" title="{reason}"' in board
+    assert (
+        f'id="node-gpu-03" href="{address}" data-cluster="{cluster.name}"'
+        f' data-status="drained" title="{reason}"'
+    ) in board
 
 
 def test_a_requeued_job_counts_a_restart_and_runs_again(cluster, slurm):
